@@ -1,0 +1,19 @@
+//! kubelet-rs: a Kubernetes kubelet written in Rust.
+//!
+//! Data flow (see ARCHITECTURE.md): pod sources (`config`) are merged into updates for the sync
+//! loop (`sync`), which drives one worker per pod; workers ask the runtime manager (`runtime`)
+//! to converge the pod over the CRI (`cri`), with pod cgroups from `cm`. The PLEG (`pleg`)
+//! relists the runtime and wakes workers on change; `status` turns runtime state into API pod
+//! status; `server` serves healthz and the read-only API.
+
+pub mod cli;
+pub mod cm;
+pub mod config;
+pub mod cri;
+pub mod kubelet;
+pub mod pleg;
+pub mod runtime;
+pub mod server;
+pub mod status;
+pub mod sync;
+pub mod telemetry;
