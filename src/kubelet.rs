@@ -1,1 +1,255 @@
-//! placeholder
+//! Wiring: builds every part from the settings, starts the loops, and stops them on shutdown.
+//! Shutting down leaves pods running: a restarted kubelet adopts them.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::cli::Settings;
+use crate::cm::CgroupManager;
+use crate::config;
+use crate::cri::RuntimeClient;
+use crate::events::EventRecorder;
+use crate::pleg::{Pleg, PlegHealth};
+use crate::runtime::images::ImagePuller;
+use crate::runtime::{RuntimeManager, RuntimeSettings, dns, paths};
+use crate::server::{self, ServerState};
+use crate::status::StatusStore;
+use crate::sync::{SyncLoop, SyncLoopHealth, SyncLoopInputs};
+
+#[derive(Debug, thiserror::Error)]
+pub enum KubeletError {
+    #[error("container runtime at {endpoint} is not usable: {source}")]
+    Runtime {
+        endpoint: String,
+        #[source]
+        source: crate::cri::CriError,
+    },
+    #[error("cgroups: {0}")]
+    Cgroup(#[from] crate::cm::CgroupError),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Server(#[from] server::ServerError),
+    #[error("invalid address {0:?}")]
+    Address(String),
+}
+
+const PLEG_RELIST_PERIOD: Duration = Duration::from_secs(1);
+/// Upstream's bound on how long image pulls may take when nothing else limits them.
+const IMAGE_PULL_DEADLINE: Duration = Duration::from_secs(30 * 60);
+/// How long shutdown waits for loops to notice cancellation.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
+
+fn create_dir(path: &std::path::Path) -> Result<(), KubeletError> {
+    std::fs::create_dir_all(path).map_err(|source| KubeletError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The node's IP: --node-ip, else the address of the interface holding the default route.
+/// Connecting a UDP socket only selects a route; no packet is sent.
+fn detect_node_ip(configured: &[IpAddr]) -> String {
+    if let Some(ip) = configured.first() {
+        return ip.to_string();
+    }
+    let probe = std::net::UdpSocket::bind("0.0.0.0:0").and_then(|s| {
+        s.connect("192.0.2.1:9")?;
+        s.local_addr()
+    });
+    match probe {
+        Ok(addr) if !addr.ip().is_unspecified() => addr.ip().to_string(),
+        _ => "127.0.0.1".into(),
+    }
+}
+
+fn machine_memory_bytes() -> i64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<i64>().ok())
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(0)
+}
+
+fn apply_oom_score_adj(value: i32) {
+    if let Err(err) = std::fs::write("/proc/self/oom_score_adj", value.to_string()) {
+        // Lowering it needs CAP_SYS_RESOURCE; running without is allowed, just less protected.
+        warn!(value, %err, "Failed to set the kubelet's oom_score_adj");
+    }
+}
+
+fn socket_addr(ip: &str, port: i32) -> Result<SocketAddr, KubeletError> {
+    let ip: IpAddr = ip
+        .parse()
+        .map_err(|_| KubeletError::Address(ip.to_string()))?;
+    let port = u16::try_from(port).map_err(|_| KubeletError::Address(format!("{ip}:{port}")))?;
+    Ok(SocketAddr::new(ip, port))
+}
+
+pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), KubeletError> {
+    let flags = &settings.flags;
+    let cfg = &settings.config;
+    let node_name = settings.node_name();
+    let node_ip = detect_node_ip(&flags.node_ip);
+    info!(node = %node_name, %node_ip, version = crate::cli::KUBELET_VERSION, "Starting kubelet");
+
+    apply_oom_score_adj(cfg.oom_score_adj);
+    create_dir(&flags.root_dir)?;
+    create_dir(&flags.root_dir.join("pods"))?;
+    let logs_root = PathBuf::from(paths::POD_LOGS_ROOT);
+    create_dir(&logs_root)?;
+
+    let endpoint = cfg.container_runtime_endpoint.clone();
+    let cri = RuntimeClient::connect(
+        &endpoint,
+        &cfg.image_service_endpoint,
+        cfg.runtime_request_timeout.0,
+    )
+    .await
+    .map_err(|source| KubeletError::Runtime {
+        endpoint: endpoint.clone(),
+        source,
+    })?;
+    let version = cri.version().await.map_err(|source| KubeletError::Runtime {
+        endpoint: endpoint.clone(),
+        source,
+    })?;
+    info!(
+        runtime = %version.runtime_name,
+        runtime_version = %version.runtime_version,
+        api = %version.runtime_api_version,
+        "Container runtime connected"
+    );
+
+    let cgroups = Arc::new(CgroupManager::new(&cfg.cgroup_root, cfg.cgroups_per_qos)?);
+    cgroups.ensure_node_cgroups()?;
+
+    let max_pulls = if cfg.serialize_image_pulls {
+        1
+    } else {
+        cfg.max_parallel_image_pulls
+            .map(|n| n.max(1) as usize)
+            .unwrap_or(usize::MAX >> 4)
+    };
+    let images = ImagePuller::new(cri.clone(), max_pulls, IMAGE_PULL_DEADLINE);
+    let runtime = Arc::new(RuntimeManager::new(
+        cri.clone(),
+        cgroups.clone(),
+        images,
+        EventRecorder,
+        RuntimeSettings {
+            node_name: node_name.clone(),
+            node_ip,
+            logs_root,
+            root_dir: flags.root_dir.clone(),
+            dns: dns::DnsSettings {
+                cluster_dns: cfg.cluster_dns.clone(),
+                cluster_domain: cfg.cluster_domain.clone(),
+                host: dns::load_host_resolv_conf(std::path::Path::new(&cfg.resolv_conf)),
+            },
+            machine_memory: machine_memory_bytes(),
+            runtime_handler: String::new(),
+        },
+    ));
+    let status = Arc::new(StatusStore::default());
+
+    let mut tasks = JoinSet::new();
+    let max_pods = cfg.max_pods.max(1) as usize;
+
+    // Pod sources → PodConfig → sync loop.
+    let (source_tx, source_rx) = mpsc::channel(16);
+    let (updates_tx, updates_rx) = mpsc::channel(64);
+    let mut sources: Vec<&'static str> = Vec::new();
+    if let Some(path) = cfg.static_pod_path.as_ref().filter(|p| !p.is_empty()) {
+        sources.push(config::FILE_SOURCE);
+        tasks.spawn(config::file::run_file_source(
+            PathBuf::from(path),
+            node_name.clone(),
+            cfg.file_check_frequency.0,
+            source_tx.clone(),
+            cancel.child_token(),
+        ));
+    }
+    drop(source_tx);
+    let (pod_config, sources_ready) = config::PodConfig::new(&sources);
+    tasks.spawn(config::run_pod_config(pod_config, source_rx, updates_tx, cancel.child_token()));
+
+    let pleg_health = Arc::new(PlegHealth::default());
+    let (pleg_tx, pleg_rx) = mpsc::channel(1000);
+    let (pleg, runtime_pods) = Pleg::new(cri.clone(), PLEG_RELIST_PERIOD, pleg_tx, pleg_health.clone());
+    tasks.spawn(pleg.run(cancel.child_token()));
+
+    let sync_health = Arc::new(SyncLoopHealth::default());
+    let sync_loop = SyncLoop::new(
+        (runtime.clone(), status.clone()),
+        cfg.sync_frequency.0,
+        version.runtime_name.clone(),
+        max_pods,
+        sync_health.clone(),
+        cancel.child_token(),
+    );
+    tasks.spawn(sync_loop.run(SyncLoopInputs {
+        pod_updates: updates_rx,
+        pleg_events: pleg_rx,
+        runtime_pods,
+        sources_ready,
+    }));
+
+    let state = ServerState {
+        status,
+        sync_health,
+        pleg_health,
+        sync_loop_deadline: (cfg.sync_frequency.0 * 2).max(Duration::from_secs(300)),
+    };
+    if cfg.healthz_port > 0 {
+        let addr = socket_addr(&cfg.healthz_bind_address, cfg.healthz_port)?;
+        let listener = server::bind(addr).await?;
+        let router = server::healthz_router(state.clone());
+        let c = cancel.child_token();
+        tasks.spawn(async move {
+            if let Err(err) = server::serve(listener, router, c).await {
+                warn!(%err, "healthz server stopped");
+            }
+        });
+    }
+    if cfg.read_only_port > 0 {
+        let addr = socket_addr(&cfg.address, cfg.read_only_port)?;
+        let listener = server::bind(addr).await?;
+        let router = server::read_only_router(state.clone());
+        let c = cancel.child_token();
+        tasks.spawn(async move {
+            if let Err(err) = server::serve(listener, router, c).await {
+                warn!(%err, "read-only server stopped");
+            }
+        });
+    }
+    info!("Kubelet started");
+
+    cancel.cancelled().await;
+    info!("Shutting down; pods keep running");
+    let drained = tokio::time::timeout(SHUTDOWN_WAIT, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        warn!("Some loops did not stop in time");
+        tasks.abort_all();
+    }
+    Ok(())
+}

@@ -10,6 +10,7 @@ pub mod cli;
 pub mod cm;
 pub mod config;
 pub mod cri;
+pub mod events;
 pub mod kubelet;
 pub mod pleg;
 pub mod runtime;

@@ -1,3 +1,63 @@
-fn main() -> anyhow::Result<()> {
-    Ok(())
+use std::process::ExitCode;
+
+use anyhow::Context;
+use kubelet_rs::{cli, kubelet, telemetry};
+use tokio_util::sync::CancellationToken;
+
+fn main() -> ExitCode {
+    let settings = match cli::parse(std::env::args_os()) {
+        Ok(s) => s,
+        Err(err) => {
+            let code = err.exit_code();
+            if code == 0 {
+                println!("{err}");
+            } else {
+                eprintln!("Error: {err}");
+            }
+            return ExitCode::from(code as u8);
+        }
+    };
+    match run(settings) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            tracing::error!("{err:#}");
+            eprintln!("Error: {err:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(settings: cli::Settings) -> anyhow::Result<()> {
+    telemetry::init_logging(settings.flags.verbosity, &settings.config.logging.format)
+        .context("initialising logging")?;
+    for warning in &settings.warnings {
+        tracing::warn!("{warning}");
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("kubelet")
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async {
+        let cancel = CancellationToken::new();
+        let on_signal = cancel.clone();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            on_signal.cancel();
+        });
+        kubelet::run(settings, cancel).await.context("failed to run Kubelet")
+    })
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        // Without signal handlers the process still dies on SIGTERM by default.
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
 }

@@ -1,1 +1,234 @@
-//! placeholder
+//! The generic pod lifecycle event generator: relists the runtime every second and reports
+//! which pods changed, so workers wake on change instead of polling the runtime themselves.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use crate::cri::{RuntimeClient, api};
+use crate::runtime::labels;
+
+/// A pod as the runtime shows it in a relist: enough to clean it up if nobody claims it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimePod {
+    pub uid: String,
+    pub name: String,
+    pub namespace: String,
+    pub running_containers: usize,
+}
+
+pub type RuntimePods = Arc<HashMap<String, RuntimePod>>;
+
+/// When the last relist finished, for health checks.
+#[derive(Debug, Default)]
+pub struct PlegHealth {
+    last_relist_unix_ms: AtomicI64,
+}
+
+impl PlegHealth {
+    fn mark(&self) {
+        let ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        self.last_relist_unix_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Time since the last successful relist; None before the first one.
+    pub fn since_last_relist(&self) -> Option<Duration> {
+        let ms = self.last_relist_unix_ms.load(Ordering::Relaxed);
+        if ms == 0 {
+            return None;
+        }
+        let then = UNIX_EPOCH + Duration::from_millis(ms as u64);
+        Some(SystemTime::now().duration_since(then).unwrap_or_default())
+    }
+}
+
+#[derive(Default)]
+struct PodFingerprint {
+    hasher: DefaultHasher,
+    pod: Option<RuntimePod>,
+}
+
+fn group(sandboxes: &[api::PodSandbox], containers: &[api::Container]) -> HashMap<String, (u64, RuntimePod)> {
+    let mut pods: HashMap<String, PodFingerprint> = HashMap::new();
+    let mut ident = |labels_map: &HashMap<String, String>| -> Option<(String, String, String)> {
+        let uid = labels_map.get(labels::POD_UID)?.clone();
+        let get = |k: &str| labels_map.get(k).cloned().unwrap_or_default();
+        Some((uid, get(labels::POD_NAME), get(labels::POD_NAMESPACE)))
+    };
+    let mut sorted_sb: Vec<&api::PodSandbox> = sandboxes.iter().collect();
+    sorted_sb.sort_by(|a, b| a.id.cmp(&b.id));
+    for sb in sorted_sb {
+        let Some((uid, name, namespace)) = ident(&sb.labels) else { continue };
+        let fp = pods.entry(uid.clone()).or_default();
+        (&sb.id, sb.state).hash(&mut fp.hasher);
+        fp.pod.get_or_insert(RuntimePod {
+            uid,
+            name,
+            namespace,
+            running_containers: 0,
+        });
+    }
+    let mut sorted_c: Vec<&api::Container> = containers.iter().collect();
+    sorted_c.sort_by(|a, b| a.id.cmp(&b.id));
+    for c in sorted_c {
+        let Some((uid, name, namespace)) = ident(&c.labels) else { continue };
+        let fp = pods.entry(uid.clone()).or_default();
+        (&c.id, c.state).hash(&mut fp.hasher);
+        let pod = fp.pod.get_or_insert(RuntimePod {
+            uid,
+            name,
+            namespace,
+            running_containers: 0,
+        });
+        if c.state == api::ContainerState::ContainerRunning as i32 {
+            pod.running_containers += 1;
+        }
+    }
+    pods.into_iter()
+        .filter_map(|(uid, fp)| Some((uid, (fp.hasher.finish(), fp.pod?))))
+        .collect()
+}
+
+/// Pod UIDs whose runtime state differs between two relists (appeared, changed or vanished).
+fn changed(old: &HashMap<String, u64>, new: &HashMap<String, (u64, RuntimePod)>) -> Vec<String> {
+    let mut out: Vec<String> = new
+        .iter()
+        .filter(|(uid, (fp, _))| old.get(*uid) != Some(fp))
+        .map(|(uid, _)| uid.clone())
+        .collect();
+    let gone: HashSet<&String> = old.keys().filter(|uid| !new.contains_key(*uid)).collect();
+    out.extend(gone.into_iter().cloned());
+    out
+}
+
+pub struct Pleg {
+    cri: RuntimeClient,
+    period: Duration,
+    events: mpsc::Sender<String>,
+    pods: watch::Sender<RuntimePods>,
+    health: Arc<PlegHealth>,
+}
+
+impl Pleg {
+    pub fn new(
+        cri: RuntimeClient,
+        period: Duration,
+        events: mpsc::Sender<String>,
+        health: Arc<PlegHealth>,
+    ) -> (Self, watch::Receiver<RuntimePods>) {
+        let (pods, rx) = watch::channel(RuntimePods::default());
+        (
+            Pleg {
+                cri,
+                period,
+                events,
+                pods,
+                health,
+            },
+            rx,
+        )
+    }
+
+    pub async fn run(self, cancel: CancellationToken) {
+        let mut last: HashMap<String, u64> = HashMap::new();
+        let mut tick = tokio::time::interval(self.period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let started = Instant::now();
+            let (sandboxes, containers) = match tokio::try_join!(
+                self.cri.list_pod_sandbox(None),
+                self.cri.list_containers(None)
+            ) {
+                Ok(lists) => lists,
+                Err(err) => {
+                    warn!(%err, "PLEG relist failed");
+                    continue;
+                }
+            };
+            let grouped = group(&sandboxes, &containers);
+            let changed_uids = changed(&last, &grouped);
+            if !changed_uids.is_empty() {
+                let snapshot: HashMap<String, RuntimePod> = grouped
+                    .iter()
+                    .map(|(uid, (_, pod))| (uid.clone(), pod.clone()))
+                    .collect();
+                self.pods.send_replace(Arc::new(snapshot));
+            }
+            last = grouped.into_iter().map(|(uid, (fp, _))| (uid, fp)).collect();
+            self.health.mark();
+            debug!(changed = changed_uids.len(), took = ?started.elapsed(), "PLEG relist");
+            for uid in changed_uids {
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    r = self.events.send(uid) => if r.is_err() { return },
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sb(id: &str, uid: &str, state: api::PodSandboxState) -> api::PodSandbox {
+        api::PodSandbox {
+            id: id.into(),
+            state: state as i32,
+            labels: HashMap::from([(labels::POD_UID.to_string(), uid.to_string())]),
+            ..Default::default()
+        }
+    }
+
+    fn ctr(id: &str, uid: &str, state: api::ContainerState) -> api::Container {
+        api::Container {
+            id: id.into(),
+            state: state as i32,
+            labels: HashMap::from([(labels::POD_UID.to_string(), uid.to_string())]),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn reports_only_changed_pods() {
+        let ready = api::PodSandboxState::SandboxReady;
+        let g1 = group(
+            &[sb("s1", "a", ready), sb("s2", "b", ready)],
+            &[ctr("c1", "a", api::ContainerState::ContainerRunning)],
+        );
+        let first = changed(&HashMap::new(), &g1);
+        assert_eq!(first.len(), 2);
+        let fp: HashMap<String, u64> = g1.iter().map(|(k, (f, _))| (k.clone(), *f)).collect();
+        assert_eq!(g1["a"].1.running_containers, 1);
+
+        let g2 = group(
+            &[sb("s1", "a", ready)],
+            &[ctr("c1", "a", api::ContainerState::ContainerExited)],
+        );
+        let mut c = changed(&fp, &g2);
+        c.sort();
+        assert_eq!(c, vec!["a", "b"]);
+        let fp2: HashMap<String, u64> = g2.iter().map(|(k, (f, _))| (k.clone(), *f)).collect();
+        assert!(changed(&fp2, &g2).is_empty());
+    }
+
+    #[test]
+    fn objects_without_pod_uid_are_ignored() {
+        let mut foreign = ctr("x", "a", api::ContainerState::ContainerRunning);
+        foreign.labels.clear();
+        assert!(group(&[], &[foreign]).is_empty());
+    }
+}

@@ -1,1 +1,622 @@
-//! placeholder
+//! The runtime manager: converges one pod towards its spec over the CRI. `actions` decides,
+//! this module carries the decisions out (sandbox, images, containers, teardown).
+
+pub mod actions;
+pub mod backoff;
+pub mod container;
+pub mod dns;
+pub mod env;
+pub mod images;
+pub mod labels;
+pub mod observed;
+pub mod paths;
+pub mod sandbox;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures::future::join_all;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use tracing::{Instrument, debug, info_span, warn};
+
+use crate::cm::{CgroupManager, QosClass, qos_class};
+use crate::cri::{CriError, RuntimeClient, api};
+use crate::events::{EventRecorder, EventType};
+use actions::{ContainerKind, PodActions, StartAction, compute_pod_actions};
+use backoff::Backoff;
+use env::PodFacts;
+use images::{ImageError, ImagePuller};
+use observed::{ContainerInfo, ContainerState, ObservedPod, SandboxInfo};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("{op}: {source}")]
+    Cri {
+        op: &'static str,
+        #[source]
+        source: CriError,
+    },
+    #[error("pod cgroup: {0}")]
+    Cgroup(#[from] crate::cm::CgroupError),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn cri(op: &'static str) -> impl FnOnce(CriError) -> RuntimeError {
+    move |source| RuntimeError::Cri { op, source }
+}
+
+/// Why a container is not running, as the pod status will show it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Waiting {
+    pub reason: String,
+    pub message: String,
+}
+
+#[derive(Debug, Default)]
+pub struct SyncOutcome {
+    pub waiting: HashMap<String, Waiting>,
+    /// The earliest moment the pod needs another look (backoff expiry, retry after an error).
+    pub requeue_after: Option<Duration>,
+    pub finished: bool,
+}
+
+impl SyncOutcome {
+    fn requeue(&mut self, after: Duration) {
+        self.requeue_after = Some(self.requeue_after.map_or(after, |d| d.min(after)));
+    }
+}
+
+pub struct RuntimeSettings {
+    pub node_name: String,
+    pub node_ip: String,
+    pub logs_root: PathBuf,
+    pub root_dir: PathBuf,
+    pub dns: dns::DnsSettings,
+    pub machine_memory: i64,
+    pub runtime_handler: String,
+}
+
+pub struct RuntimeManager {
+    cri: RuntimeClient,
+    cgroups: Arc<CgroupManager>,
+    images: ImagePuller,
+    events: EventRecorder,
+    settings: RuntimeSettings,
+}
+
+/// How long a failed sandbox or CRI step waits before the worker tries again.
+const RETRY_AFTER_ERROR: Duration = Duration::from_secs(5);
+
+fn pod_desc(pod: &Pod) -> String {
+    let m = &pod.metadata;
+    format!(
+        "{}/{}",
+        m.namespace.as_deref().unwrap_or_default(),
+        m.name.as_deref().unwrap_or_default()
+    )
+}
+
+fn grace_seconds(pod: &Pod) -> i64 {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(30)
+        .max(0)
+}
+
+impl RuntimeManager {
+    pub fn new(
+        cri: RuntimeClient,
+        cgroups: Arc<CgroupManager>,
+        images: ImagePuller,
+        events: EventRecorder,
+        settings: RuntimeSettings,
+    ) -> Self {
+        RuntimeManager {
+            cri,
+            cgroups,
+            images,
+            events,
+            settings,
+        }
+    }
+
+    pub fn cri(&self) -> &RuntimeClient {
+        &self.cri
+    }
+
+    pub fn settings(&self) -> &RuntimeSettings {
+        &self.settings
+    }
+
+    /// Everything the runtime knows about one pod, by its UID label.
+    pub async fn pod_status(&self, uid: &str) -> Result<ObservedPod, RuntimeError> {
+        let selector: HashMap<String, String> =
+            HashMap::from([(labels::POD_UID.to_string(), uid.to_string())]);
+        let sandboxes = self
+            .cri
+            .list_pod_sandbox(Some(api::PodSandboxFilter {
+                label_selector: selector.clone(),
+                ..Default::default()
+            }))
+            .await
+            .map_err(cri("ListPodSandbox"))?;
+        let containers = self
+            .cri
+            .list_containers(Some(api::ContainerFilter {
+                label_selector: selector,
+                ..Default::default()
+            }))
+            .await
+            .map_err(cri("ListContainers"))?;
+
+        let mut observed = ObservedPod {
+            uid: uid.to_string(),
+            ..Default::default()
+        };
+        let identity = sandboxes
+            .iter()
+            .find_map(|s| s.metadata.as_ref())
+            .map(|m| (m.name.clone(), m.namespace.clone()))
+            .or_else(|| {
+                containers.first().map(|c| {
+                    let l = &c.labels;
+                    let get = |k: &str| l.get(k).cloned().unwrap_or_default();
+                    (get(labels::POD_NAME), get(labels::POD_NAMESPACE))
+                })
+            });
+        if let Some((name, namespace)) = identity {
+            observed.name = name;
+            observed.namespace = namespace;
+        }
+        for sb in &sandboxes {
+            let ready = sb.state == api::PodSandboxState::SandboxReady as i32;
+            let mut ips = Vec::new();
+            if ready {
+                match self.cri.pod_sandbox_status(&sb.id).await {
+                    Ok(status) => {
+                        if let Some(net) = status.network {
+                            ips.extend(Some(net.ip).filter(|ip| !ip.is_empty()));
+                            ips.extend(net.additional_ips.into_iter().map(|p| p.ip));
+                        }
+                    }
+                    Err(e) if e.is_not_found() => continue,
+                    Err(e) => return Err(cri("PodSandboxStatus")(e)),
+                }
+            }
+            observed.sandboxes.push(SandboxInfo {
+                id: sb.id.clone(),
+                attempt: sb.metadata.as_ref().map(|m| m.attempt).unwrap_or(0),
+                ready,
+                created_at: sb.created_at,
+                ips,
+            });
+        }
+        let statuses = join_all(containers.iter().map(|c| self.cri.container_status(&c.id))).await;
+        for (c, status) in containers.iter().zip(statuses) {
+            match status {
+                Ok(s) => observed
+                    .containers
+                    .push(ContainerInfo::from_status(&s, &c.pod_sandbox_id)),
+                // Removed between the list and the status call: it simply is not there.
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(cri("ContainerStatus")(e)),
+            }
+        }
+        observed.sort();
+        Ok(observed)
+    }
+
+    /// One step towards the spec: whatever can be done now is done, and the outcome says when
+    /// to look again.
+    #[tracing::instrument(name = "sync_pod", skip_all, fields(pod = %pod_desc(pod)))]
+    pub async fn sync_pod(
+        &self,
+        pod: &Pod,
+        observed: &ObservedPod,
+        backoff: &mut Backoff,
+    ) -> Result<SyncOutcome, RuntimeError> {
+        let now = SystemTime::now();
+        let actions = compute_pod_actions(pod, observed, backoff, now);
+        debug!(?actions, "Computed pod actions");
+        let mut outcome = SyncOutcome::default();
+        self.note_backoffs(pod, &actions, &mut outcome);
+
+        if actions.kill_pod {
+            self.kill_pod(pod, observed, grace_seconds(pod)).await?;
+        }
+        if actions.pod_finished {
+            outcome.finished = true;
+            for sb in observed.sandboxes.iter().filter(|s| s.ready) {
+                self.cri
+                    .stop_pod_sandbox(&sb.id)
+                    .await
+                    .map_err(cri("StopPodSandbox"))?;
+            }
+            return Ok(outcome);
+        }
+
+        let (sandbox_id, ips) = if actions.create_sandbox {
+            match self.create_sandbox(pod, actions.sandbox_attempt).await {
+                Ok(created) => created,
+                Err(err) => {
+                    self.events.pod(
+                        pod,
+                        EventType::Warning,
+                        "FailedCreatePodSandBox",
+                        &format!("Failed to create pod sandbox: {err}"),
+                    );
+                    outcome.requeue(RETRY_AFTER_ERROR);
+                    return Err(err);
+                }
+            }
+        } else {
+            let sb = observed.newest_sandbox();
+            (
+                actions.sandbox_id.clone().unwrap_or_default(),
+                sb.map(|s| s.ips.clone()).unwrap_or_default(),
+            )
+        };
+
+        let kills = actions.kill.iter().map(|k| {
+            self.events.pod(
+                pod,
+                EventType::Normal,
+                "Killing",
+                &format!("Stopping container {} ({})", k.name, k.reason),
+            );
+            self.cri.stop_container(&k.container_id, grace_seconds(pod))
+        });
+        for r in join_all(kills).await {
+            r.map_err(cri("StopContainer"))?;
+        }
+
+        let facts = PodFacts {
+            host_ip: self.settings.node_ip.clone(),
+            pod_ips: ips,
+        };
+        let sandbox_config = self.sandbox_config(pod, actions.sandbox_attempt)?;
+        for start in &actions.start {
+            self.start_one(
+                pod,
+                start,
+                &sandbox_id,
+                &sandbox_config,
+                &facts,
+                backoff,
+                &mut outcome,
+            )
+            .await;
+        }
+        self.prune_dead_containers(pod, observed).await;
+        Ok(outcome)
+    }
+
+    fn note_backoffs(&self, pod: &Pod, actions: &PodActions, outcome: &mut SyncOutcome) {
+        for wait in &actions.backoff {
+            let message = format!(
+                "back-off {} restarting failed container={} pod={}({})",
+                crate::cli::GoDuration(wait.delay),
+                wait.name,
+                pod_desc(pod),
+                pod.metadata.uid.as_deref().unwrap_or_default()
+            );
+            self.events.pod(pod, EventType::Warning, "BackOff", &message);
+            outcome.waiting.insert(
+                wait.name.clone(),
+                Waiting {
+                    reason: "CrashLoopBackOff".into(),
+                    message,
+                },
+            );
+            outcome.requeue(wait.remaining);
+        }
+    }
+
+    fn sandbox_config(&self, pod: &Pod, attempt: u32) -> Result<api::PodSandboxConfig, RuntimeError> {
+        let cgroup_parent = self.cgroups.pod_cgroup_parent(pod);
+        Ok(sandbox::sandbox_config(
+            pod,
+            attempt,
+            &sandbox::SandboxParams {
+                node_name: &self.settings.node_name,
+                logs_root: &self.settings.logs_root,
+                cgroup_parent: &cgroup_parent,
+                dns: &self.settings.dns,
+            },
+        ))
+    }
+
+    #[tracing::instrument(name = "create_sandbox", skip_all, fields(attempt))]
+    async fn create_sandbox(
+        &self,
+        pod: &Pod,
+        attempt: u32,
+    ) -> Result<(String, Vec<String>), RuntimeError> {
+        self.cgroups.create_pod_cgroup(pod)?;
+        let config = self.sandbox_config(pod, attempt)?;
+        let log_dir = PathBuf::from(&config.log_directory);
+        tokio::fs::create_dir_all(&log_dir)
+            .await
+            .map_err(|source| RuntimeError::Io {
+                path: log_dir.clone(),
+                source,
+            })?;
+        let id = self
+            .cri
+            .run_pod_sandbox(config, &self.settings.runtime_handler)
+            .await
+            .map_err(cri("RunPodSandbox"))?;
+        let status = self
+            .cri
+            .pod_sandbox_status(&id)
+            .await
+            .map_err(cri("PodSandboxStatus"))?;
+        let ips = status
+            .network
+            .map(|n| {
+                std::iter::once(n.ip)
+                    .filter(|ip| !ip.is_empty())
+                    .chain(n.additional_ips.into_iter().map(|p| p.ip))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok((id, ips))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn start_one(
+        &self,
+        pod: &Pod,
+        start: &StartAction,
+        sandbox_id: &str,
+        sandbox_config: &api::PodSandboxConfig,
+        facts: &PodFacts,
+        backoff: &mut Backoff,
+        outcome: &mut SyncOutcome,
+    ) {
+        let spec = pod.spec.as_ref();
+        let container: Option<&Container> = match start.kind {
+            ContainerKind::Init => spec
+                .and_then(|s| s.init_containers.as_ref())
+                .and_then(|c| c.get(start.index)),
+            ContainerKind::Regular => spec.and_then(|s| s.containers.get(start.index)),
+        };
+        let Some(container) = container else { return };
+        let span = info_span!("start_container", container = %container.name, restart_count = start.restart_count);
+        async {
+            match self
+                .start_container(pod, container, start, sandbox_id, sandbox_config, facts, backoff)
+                .await
+            {
+                Ok(()) => {}
+                Err((reason, message, retry)) => {
+                    self.events.pod(pod, EventType::Warning, "Failed", &message);
+                    outcome.waiting.insert(
+                        container.name.clone(),
+                        Waiting {
+                            reason: reason.to_string(),
+                            message,
+                        },
+                    );
+                    outcome.requeue(retry);
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Pull, create and start one container. An error carries the waiting reason, message and
+    /// when to retry.
+    #[allow(clippy::too_many_arguments)]
+    async fn start_container(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        start: &StartAction,
+        sandbox_id: &str,
+        sandbox_config: &api::PodSandboxConfig,
+        facts: &PodFacts,
+        backoff: &mut Backoff,
+    ) -> Result<(), (&'static str, String, Duration)> {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let now = SystemTime::now();
+        let pull_key = Backoff::key(uid, &format!("pull:{}", container.name), 0);
+        if let Some(remaining) = backoff.remaining_since_last(&pull_key, now) {
+            let image = container.image.clone().unwrap_or_default();
+            return Err((
+                "ImagePullBackOff",
+                format!("Back-off pulling image \"{image}\""),
+                remaining,
+            ));
+        }
+        let image = container.image.as_deref().unwrap_or_default();
+        let pulled = match self.images.ensure(container).await {
+            Ok(p) => {
+                backoff.forget(&pull_key);
+                p
+            }
+            Err(err) => {
+                let delay = match err {
+                    ImageError::NeverPull(_) | ImageError::InvalidName(_) => backoff::MAX,
+                    _ => backoff.record_restart(&pull_key, now),
+                };
+                return Err((err.reason(), err.to_string(), delay));
+            }
+        };
+        if pulled.pulled {
+            self.events.pod(
+                pod,
+                EventType::Normal,
+                "Pulled",
+                &format!("Successfully pulled image \"{image}\" in {:?}", pulled.took),
+            );
+        } else {
+            self.events.pod(
+                pod,
+                EventType::Normal,
+                "Pulled",
+                &format!("Container image \"{image}\" already present on machine"),
+            );
+        }
+
+        let qos: QosClass = pod.spec.as_ref().map(qos_class).unwrap_or(QosClass::BestEffort);
+        let config = container::container_config(
+            pod,
+            container,
+            &container::ContainerParams {
+                image_ref: &pulled.image_ref,
+                restart_count: start.restart_count,
+                qos,
+                machine_memory: self.settings.machine_memory,
+                facts,
+            },
+        )
+        .map_err(|e| ("CreateContainerConfigError", e.to_string(), RETRY_AFTER_ERROR))?;
+
+        let log_dir = PathBuf::from(&sandbox_config.log_directory).join(&container.name);
+        tokio::fs::create_dir_all(&log_dir).await.map_err(|e| {
+            (
+                "CreateContainerError",
+                format!("{}: {e}", log_dir.display()),
+                RETRY_AFTER_ERROR,
+            )
+        })?;
+        if let Some(key) = &start.backoff_key {
+            backoff.record_restart(key, now);
+        }
+        let id = self
+            .cri
+            .create_container(sandbox_id, config, sandbox_config.clone())
+            .await
+            .map_err(|e| ("CreateContainerError", e.to_string(), RETRY_AFTER_ERROR))?;
+        self.events.pod(
+            pod,
+            EventType::Normal,
+            "Created",
+            &format!("Created container {}", container.name),
+        );
+        self.cri
+            .start_container(&id)
+            .await
+            .map_err(|e| ("RunContainerError", e.to_string(), RETRY_AFTER_ERROR))?;
+        self.events.pod(
+            pod,
+            EventType::Normal,
+            "Started",
+            &format!("Started container {}", container.name),
+        );
+        Ok(())
+    }
+
+    /// Keeps the newest attempt of each container plus one dead one (for `lastState` and
+    /// `logs --previous`); older attempts and their log files go, so restarts do not pile up.
+    async fn prune_dead_containers(&self, pod: &Pod, observed: &ObservedPod) {
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        let mut doomed = Vec::new();
+        for c in &observed.containers {
+            let n = seen.entry(c.name.as_str()).or_default();
+            *n += 1;
+            if *n > 2 && c.state == ContainerState::Exited {
+                doomed.push(c);
+            }
+        }
+        for c in doomed {
+            if let Err(e) = self.cri.remove_container(&c.id).await {
+                warn!(container = %c.id, err = %e, "Failed to remove dead container");
+                continue;
+            }
+            self.remove_log_file(pod, c).await;
+        }
+    }
+
+    async fn remove_log_file(&self, pod: &Pod, c: &ContainerInfo) {
+        let m = &pod.metadata;
+        let path = paths::pod_log_dir(
+            &self.settings.logs_root,
+            m.namespace.as_deref().unwrap_or_default(),
+            m.name.as_deref().unwrap_or_default(),
+            m.uid.as_deref().unwrap_or_default(),
+        )
+        .join(paths::container_log_path(&c.name, c.attempt));
+        if let Err(e) = tokio::fs::remove_file(&path).await
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            warn!(path = %path.display(), err = %e, "Failed to remove container log");
+        }
+    }
+
+    /// Stops every container (in parallel, each with the grace period) and then the sandboxes.
+    #[tracing::instrument(name = "kill_pod", skip_all, fields(pod = %pod_desc(pod), grace))]
+    pub async fn kill_pod(&self, pod: &Pod, observed: &ObservedPod, grace: i64) -> Result<(), RuntimeError> {
+        let stops = observed.running_containers().map(|c| {
+            self.events.pod(
+                pod,
+                EventType::Normal,
+                "Killing",
+                &format!("Stopping container {}", c.name),
+            );
+            self.cri.stop_container(&c.id, grace)
+        });
+        for r in join_all(stops).await {
+            match r {
+                Err(e) if !e.is_not_found() => return Err(cri("StopContainer")(e)),
+                _ => {}
+            }
+        }
+        for sb in &observed.sandboxes {
+            match self.cri.stop_pod_sandbox(&sb.id).await {
+                Err(e) if !e.is_not_found() => return Err(cri("StopPodSandbox")(e)),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes what is left of a pod that is gone: containers, sandboxes, logs, its cgroup.
+    pub async fn remove_pod(
+        &self,
+        uid: &str,
+        namespace: &str,
+        name: &str,
+        observed: &ObservedPod,
+    ) -> Result<(), RuntimeError> {
+        for c in &observed.containers {
+            match self.cri.remove_container(&c.id).await {
+                Err(e) if !e.is_not_found() => return Err(cri("RemoveContainer")(e)),
+                _ => {}
+            }
+        }
+        for sb in &observed.sandboxes {
+            match self.cri.remove_pod_sandbox(&sb.id).await {
+                Err(e) if !e.is_not_found() => return Err(cri("RemovePodSandbox")(e)),
+                _ => {}
+            }
+        }
+        if !name.is_empty() {
+            let dir = paths::pod_log_dir(&self.settings.logs_root, namespace, name, uid);
+            remove_dir_if_present(&dir).await?;
+        }
+        remove_dir_if_present(&paths::pod_dir(&self.settings.root_dir, uid)).await?;
+        self.cgroups.remove_pod_cgroup(uid)?;
+        Ok(())
+    }
+}
+
+async fn remove_dir_if_present(dir: &std::path::Path) -> Result<(), RuntimeError> {
+    match tokio::fs::remove_dir_all(dir).await {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(RuntimeError::Io {
+            path: dir.to_path_buf(),
+            source: e,
+        }),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,288 @@
+//! Builds the CRI container configuration from a container spec.
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+
+use crate::cm::QosClass;
+use crate::cm::quantity::{parse_bytes, parse_cpu_millis};
+use crate::cri::api;
+use crate::runtime::env::{self, EnvError, PodFacts};
+use crate::runtime::labels;
+use crate::runtime::paths;
+use crate::runtime::sandbox::namespace_options;
+
+const MIN_SHARES: i64 = 2;
+const SHARES_PER_CPU: i64 = 1024;
+const QUOTA_PERIOD_US: i64 = 100_000;
+const MIN_QUOTA_US: i64 = 1_000;
+
+/// Paths the runtime hides or makes read-only in unprivileged containers (upstream's defaults).
+const MASKED_PATHS: &[&str] = &[
+    "/proc/asound",
+    "/proc/acpi",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+];
+const READONLY_PATHS: &[&str] = &[
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(transparent)]
+    Env(#[from] EnvError),
+    #[error("container {container}: invalid resource {resource}: {reason}")]
+    Resource {
+        container: String,
+        resource: String,
+        reason: String,
+    },
+}
+
+pub fn milli_cpu_to_shares(milli: i64) -> i64 {
+    if milli <= 0 {
+        return MIN_SHARES;
+    }
+    (milli * SHARES_PER_CPU / 1000).max(MIN_SHARES)
+}
+
+pub fn milli_cpu_to_quota(milli: i64, period: i64) -> i64 {
+    if milli <= 0 {
+        return 0;
+    }
+    (milli * period / 1000).max(MIN_QUOTA_US)
+}
+
+/// The OOM score adjustment upstream gives each QoS class; burstable containers scale with
+/// their share of the node's memory so the biggest requesters are killed last.
+pub fn oom_score_adj(qos: QosClass, memory_request: i64, machine_memory: i64) -> i64 {
+    match qos {
+        QosClass::Guaranteed => -997,
+        QosClass::BestEffort => 1000,
+        QosClass::Burstable => {
+            if machine_memory <= 0 {
+                return 999;
+            }
+            let adj = 1000 - (1000 * memory_request) / machine_memory;
+            adj.clamp(2, 999)
+        }
+    }
+}
+
+fn resource(
+    container: &Container,
+    which: &str,
+    name: &str,
+) -> Option<k8s_openapi::apimachinery::pkg::api::resource::Quantity> {
+    let r = container.resources.as_ref()?;
+    let map = if which == "limits" {
+        r.limits.as_ref()
+    } else {
+        r.requests.as_ref()
+    };
+    map?.get(name).cloned()
+}
+
+fn linux_resources(
+    container: &Container,
+    qos: QosClass,
+    machine_memory: i64,
+) -> Result<api::LinuxContainerResources, ConfigError> {
+    let bad = |res: &str, reason: String| ConfigError::Resource {
+        container: container.name.clone(),
+        resource: res.to_string(),
+        reason,
+    };
+    let cpu = |which: &str| -> Result<i64, ConfigError> {
+        resource(container, which, "cpu")
+            .map(|q| parse_cpu_millis(&q).map_err(|e| bad(&format!("{which}.cpu"), e.to_string())))
+            .transpose()
+            .map(|v| v.unwrap_or(0))
+    };
+    let mem = |which: &str| -> Result<i64, ConfigError> {
+        resource(container, which, "memory")
+            .map(|q| parse_bytes(&q).map_err(|e| bad(&format!("{which}.memory"), e.to_string())))
+            .transpose()
+            .map(|v| v.unwrap_or(0))
+    };
+    let (cpu_request, cpu_limit) = (cpu("requests")?, cpu("limits")?);
+    let (mem_request, mem_limit) = (mem("requests")?, mem("limits")?);
+    // A limit without a request means request = limit (API defaulting).
+    let cpu_request = if cpu_request == 0 { cpu_limit } else { cpu_request };
+    let mem_request = if mem_request == 0 { mem_limit } else { mem_request };
+    Ok(api::LinuxContainerResources {
+        cpu_shares: milli_cpu_to_shares(cpu_request),
+        cpu_period: if cpu_limit > 0 { QUOTA_PERIOD_US } else { 0 },
+        cpu_quota: milli_cpu_to_quota(cpu_limit, QUOTA_PERIOD_US),
+        memory_limit_in_bytes: mem_limit,
+        oom_score_adj: oom_score_adj(qos, mem_request, machine_memory),
+        ..Default::default()
+    })
+}
+
+fn security_context(pod: &Pod, container: &Container) -> api::LinuxContainerSecurityContext {
+    let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    let csc = container.security_context.as_ref();
+    let privileged = csc.and_then(|s| s.privileged).unwrap_or(false);
+    let run_as_user = csc
+        .and_then(|s| s.run_as_user)
+        .or(psc.and_then(|s| s.run_as_user));
+    let run_as_group = csc
+        .and_then(|s| s.run_as_group)
+        .or(psc.and_then(|s| s.run_as_group));
+    let caps = csc.and_then(|s| s.capabilities.as_ref());
+    let unmasked = csc.and_then(|s| s.proc_mount.as_deref()) == Some("Unmasked");
+    let (masked, readonly) = if privileged || unmasked {
+        (vec![], vec![])
+    } else {
+        (
+            MASKED_PATHS.iter().map(|s| s.to_string()).collect(),
+            READONLY_PATHS.iter().map(|s| s.to_string()).collect(),
+        )
+    };
+    api::LinuxContainerSecurityContext {
+        capabilities: caps.map(|c| api::Capability {
+            add_capabilities: c.add.clone().unwrap_or_default(),
+            drop_capabilities: c.drop.clone().unwrap_or_default(),
+            ..Default::default()
+        }),
+        privileged,
+        namespace_options: Some(namespace_options(pod)),
+        run_as_user: run_as_user.map(|value| api::Int64Value { value }),
+        run_as_group: run_as_group.map(|value| api::Int64Value { value }),
+        readonly_rootfs: csc
+            .and_then(|s| s.read_only_root_filesystem)
+            .unwrap_or(false),
+        supplemental_groups: psc
+            .and_then(|s| s.supplemental_groups.clone())
+            .unwrap_or_default(),
+        no_new_privs: csc
+            .and_then(|s| s.allow_privilege_escalation)
+            .map(|allow| !allow)
+            .unwrap_or(false),
+        masked_paths: masked,
+        readonly_paths: readonly,
+        ..Default::default()
+    }
+}
+
+pub struct ContainerParams<'a> {
+    pub image_ref: &'a str,
+    pub restart_count: u32,
+    pub qos: QosClass,
+    pub machine_memory: i64,
+    pub facts: &'a PodFacts,
+}
+
+pub fn container_config(
+    pod: &Pod,
+    container: &Container,
+    p: &ContainerParams<'_>,
+) -> Result<api::ContainerConfig, ConfigError> {
+    let envs = env::container_env(pod, container, p.facts)?;
+    let vars: HashMap<String, String> = envs.iter().cloned().collect();
+    let expand_all = |list: &Option<Vec<String>>| -> Vec<String> {
+        list.iter()
+            .flatten()
+            .map(|s| env::expand(s, &vars))
+            .collect()
+    };
+    Ok(api::ContainerConfig {
+        metadata: Some(api::ContainerMetadata {
+            name: container.name.clone(),
+            attempt: p.restart_count,
+        }),
+        image: Some(api::ImageSpec {
+            image: p.image_ref.to_string(),
+            user_specified_image: container.image.clone().unwrap_or_default(),
+            ..Default::default()
+        }),
+        command: expand_all(&container.command),
+        args: expand_all(&container.args),
+        working_dir: container.working_dir.clone().unwrap_or_default(),
+        envs: envs
+            .into_iter()
+            .map(|(key, value)| api::KeyValue { key, value })
+            .collect(),
+        labels: labels::container_labels(pod, container).into_iter().collect(),
+        annotations: labels::container_annotations(pod, container, p.restart_count)
+            .into_iter()
+            .collect(),
+        log_path: paths::container_log_path(&container.name, p.restart_count)
+            .to_string_lossy()
+            .into_owned(),
+        stdin: container.stdin.unwrap_or(false),
+        stdin_once: container.stdin_once.unwrap_or(false),
+        tty: container.tty.unwrap_or(false),
+        linux: Some(api::LinuxContainerConfig {
+            resources: Some(linux_resources(container, p.qos, p.machine_memory)?),
+            security_context: Some(security_context(pod, container)),
+        }),
+        ..Default::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_and_quota_follow_upstream_math() {
+        assert_eq!(milli_cpu_to_shares(0), 2);
+        assert_eq!(milli_cpu_to_shares(1), 2);
+        assert_eq!(milli_cpu_to_shares(500), 512);
+        assert_eq!(milli_cpu_to_quota(0, QUOTA_PERIOD_US), 0);
+        assert_eq!(milli_cpu_to_quota(5, QUOTA_PERIOD_US), 1000);
+        assert_eq!(milli_cpu_to_quota(250, QUOTA_PERIOD_US), 25_000);
+    }
+
+    #[test]
+    fn oom_adj_per_qos() {
+        assert_eq!(oom_score_adj(QosClass::Guaranteed, 0, 100), -997);
+        assert_eq!(oom_score_adj(QosClass::BestEffort, 0, 100), 1000);
+        assert_eq!(oom_score_adj(QosClass::Burstable, 50, 100), 500);
+        assert_eq!(oom_score_adj(QosClass::Burstable, 100, 100), 2);
+        assert_eq!(oom_score_adj(QosClass::Burstable, 0, 100), 999);
+    }
+
+    #[test]
+    fn command_and_args_are_expanded() {
+        let mut pod = Pod::default();
+        pod.metadata.name = Some("p".into());
+        let c = Container {
+            name: "c".into(),
+            image: Some("busybox".into()),
+            command: Some(vec!["echo".into(), "$(MSG)".into()]),
+            env: Some(vec![k8s_openapi::api::core::v1::EnvVar {
+                name: "MSG".into(),
+                value: Some("hello".into()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        };
+        let facts = PodFacts::default();
+        let cfg = container_config(&pod, &c, &ContainerParams {
+            image_ref: "sha256:abc",
+            restart_count: 1,
+            qos: QosClass::BestEffort,
+            machine_memory: 1 << 30,
+            facts: &facts,
+        })
+        .unwrap();
+        assert_eq!(cfg.command, vec!["echo", "hello"]);
+        assert_eq!(cfg.log_path, "c/1.log");
+        assert_eq!(cfg.metadata.unwrap().attempt, 1);
+    }
+}

@@ -1,0 +1,163 @@
+//! Container environment: the pod's env list resolved in order, and `$(VAR)` expansion in
+//! env values, command and args, with upstream's rules.
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum EnvError {
+    #[error("env {name}: {reason}")]
+    Unsupported { name: String, reason: String },
+}
+
+/// Facts about the running pod that downward-API env vars can reference.
+#[derive(Debug, Default, Clone)]
+pub struct PodFacts {
+    pub host_ip: String,
+    pub pod_ips: Vec<String>,
+}
+
+/// `$(NAME)` is replaced when NAME is defined, `$$` escapes a `$`, and anything else is kept
+/// verbatim (an undefined reference stays as written).
+pub fn expand(input: &str, vars: &HashMap<String, String>) -> String {
+    let mut out = String::with_capacity(input.len());
+    let mut rest = input;
+    while let Some(pos) = rest.find('$') {
+        out.push_str(&rest[..pos]);
+        let after = &rest[pos + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+        } else if let Some(inner) = after.strip_prefix('(') {
+            match inner.find(')') {
+                Some(end) => {
+                    let name = &inner[..end];
+                    match vars.get(name) {
+                        Some(v) => out.push_str(v),
+                        None => {
+                            out.push_str("$(");
+                            out.push_str(name);
+                            out.push(')');
+                        }
+                    }
+                    rest = &inner[end + 1..];
+                }
+                None => {
+                    out.push_str("$(");
+                    rest = inner;
+                }
+            }
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+fn field_ref(pod: &Pod, path: &str, facts: &PodFacts) -> Option<String> {
+    let meta = &pod.metadata;
+    let spec = pod.spec.as_ref();
+    let keyed = |prefix: &str, map: Option<&std::collections::BTreeMap<String, String>>| {
+        let key = path.strip_prefix(prefix)?.strip_suffix("']")?;
+        Some(map.and_then(|m| m.get(key).cloned()).unwrap_or_default())
+    };
+    Some(match path {
+        "metadata.name" => meta.name.clone().unwrap_or_default(),
+        "metadata.namespace" => meta.namespace.clone().unwrap_or_default(),
+        "metadata.uid" => meta.uid.clone().unwrap_or_default(),
+        "spec.nodeName" => spec.and_then(|s| s.node_name.clone()).unwrap_or_default(),
+        "spec.serviceAccountName" => spec
+            .and_then(|s| s.service_account_name.clone())
+            .unwrap_or_default(),
+        "status.hostIP" | "status.hostIPs" => facts.host_ip.clone(),
+        "status.podIP" => facts.pod_ips.first().cloned().unwrap_or_default(),
+        "status.podIPs" => facts.pod_ips.join(","),
+        _ => {
+            return keyed("metadata.labels['", meta.labels.as_ref())
+                .or_else(|| keyed("metadata.annotations['", meta.annotations.as_ref()));
+        }
+    })
+}
+
+fn resolve_one(pod: &Pod, var: &EnvVar, vars: &HashMap<String, String>, facts: &PodFacts) -> Result<String, EnvError> {
+    if let Some(value) = &var.value {
+        return Ok(expand(value, vars));
+    }
+    let Some(from) = &var.value_from else {
+        return Ok(String::new());
+    };
+    if let Some(f) = &from.field_ref {
+        return field_ref(pod, &f.field_path, facts).ok_or_else(|| EnvError::Unsupported {
+            name: var.name.clone(),
+            reason: format!("unsupported fieldPath {:?}", f.field_path),
+        });
+    }
+    let optional = from
+        .config_map_key_ref
+        .as_ref()
+        .and_then(|r| r.optional)
+        .or(from.secret_key_ref.as_ref().and_then(|r| r.optional))
+        .unwrap_or(false);
+    if optional {
+        return Ok(String::new());
+    }
+    Err(EnvError::Unsupported {
+        name: var.name.clone(),
+        reason: "this kubelet cannot resolve configMap, secret or resource references without an API server".into(),
+    })
+}
+
+/// The container's environment in order; later entries see earlier ones for expansion.
+pub fn container_env(pod: &Pod, container: &Container, facts: &PodFacts) -> Result<Vec<(String, String)>, EnvError> {
+    let mut vars: HashMap<String, String> = HashMap::new();
+    let mut ordered: Vec<(String, String)> = Vec::new();
+    for var in container.env.iter().flatten() {
+        let value = resolve_one(pod, var, &vars, facts)?;
+        vars.insert(var.name.clone(), value.clone());
+        match ordered.iter_mut().find(|(k, _)| *k == var.name) {
+            Some(slot) => slot.1 = value,
+            None => ordered.push((var.name.clone(), value)),
+        }
+    }
+    Ok(ordered)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{EnvVarSource, ObjectFieldSelector};
+
+    #[test]
+    fn expansion_rules() {
+        let vars = HashMap::from([("A".to_string(), "x".to_string())]);
+        assert_eq!(expand("$(A)-$(B)-$$(A)-$-$(", &vars), "x-$(B)-$(A)-$-$(");
+    }
+
+    #[test]
+    fn env_in_order_with_field_refs() {
+        let mut pod = Pod::default();
+        pod.metadata.name = Some("p1".into());
+        let c = Container {
+            name: "c".into(),
+            env: Some(vec![
+                EnvVar { name: "N".into(), value_from: Some(EnvVarSource {
+                    field_ref: Some(ObjectFieldSelector { field_path: "metadata.name".into(), ..Default::default() }),
+                    ..Default::default()
+                }), ..Default::default() },
+                EnvVar { name: "G".into(), value: Some("hi $(N) $(IP)".into()), ..Default::default() },
+                EnvVar { name: "IP".into(), value_from: Some(EnvVarSource {
+                    field_ref: Some(ObjectFieldSelector { field_path: "status.podIP".into(), ..Default::default() }),
+                    ..Default::default()
+                }), ..Default::default() },
+            ]),
+            ..Default::default()
+        };
+        let facts = PodFacts { host_ip: "h".into(), pod_ips: vec!["10.0.0.2".into()] };
+        let env = container_env(&pod, &c, &facts).unwrap();
+        assert_eq!(env[1], ("G".to_string(), "hi p1 $(IP)".to_string()));
+        assert_eq!(env[2].1, "10.0.0.2");
+    }
+}

@@ -1,0 +1,181 @@
+//! Image pulls per imagePullPolicy. Pulls of different images run in parallel (upstream pulls
+//! one at a time by default, which stalls every pod behind one big image); concurrent pulls of
+//! the same image are coalesced into one.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Container;
+use tokio::sync::Semaphore;
+
+use crate::cri::{CriError, RuntimeClient};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    #[error("Container image \"{0}\" is not present with pull policy of Never")]
+    NeverPull(String),
+    #[error("Failed to pull image \"{image}\": {source}")]
+    Pull {
+        image: String,
+        #[source]
+        source: CriError,
+    },
+    #[error("Failed to inspect image \"{image}\": {source}")]
+    Inspect {
+        image: String,
+        #[source]
+        source: CriError,
+    },
+    #[error("couldn't parse image name \"{0}\"")]
+    InvalidName(String),
+}
+
+impl ImageError {
+    /// The container waiting reason upstream reports for this failure.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::NeverPull(_) => "ErrImageNeverPull",
+            Self::InvalidName(_) => "InvalidImageName",
+            Self::Pull { .. } | Self::Inspect { .. } => "ErrImagePull",
+        }
+    }
+}
+
+/// Adds ":latest" to a reference with neither tag nor digest, like upstream.
+pub fn with_default_tag(image: &str) -> String {
+    let last = image.rsplit('/').next().unwrap_or(image);
+    if image.contains('@') || last.contains(':') {
+        image.to_string()
+    } else {
+        format!("{image}:latest")
+    }
+}
+
+pub fn pull_policy(container: &Container) -> &str {
+    match container.image_pull_policy.as_deref() {
+        Some(p @ ("Always" | "Never" | "IfNotPresent")) => p,
+        _ => {
+            let image = container.image.as_deref().unwrap_or_default();
+            if with_default_tag(image).ends_with(":latest") {
+                "Always"
+            } else {
+                "IfNotPresent"
+            }
+        }
+    }
+}
+
+pub struct ImagePuller {
+    cri: RuntimeClient,
+    parallel: Arc<Semaphore>,
+    /// One lock per image being pulled, so a second pod asking for it waits for the first pull
+    /// instead of pulling again. Entries are dropped when nobody holds them.
+    inflight: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    deadline: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct PulledImage {
+    /// What CreateContainer gets: the image ID.
+    pub image_ref: String,
+    pub pulled: bool,
+    pub took: Duration,
+}
+
+impl ImagePuller {
+    pub fn new(cri: RuntimeClient, max_parallel: usize, deadline: Duration) -> Self {
+        ImagePuller {
+            cri,
+            parallel: Arc::new(Semaphore::new(max_parallel.max(1))),
+            inflight: Mutex::new(HashMap::new()),
+            deadline,
+        }
+    }
+
+    async fn present(&self, image: &str) -> Result<Option<String>, ImageError> {
+        match self.cri.image_status(image).await {
+            Ok(found) => Ok(found.map(|i| i.id)),
+            Err(source) => Err(ImageError::Inspect {
+                image: image.to_string(),
+                source,
+            }),
+        }
+    }
+
+    fn image_lock(&self, image: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut map = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+        map.retain(|_, l| Arc::strong_count(l) > 1);
+        map.entry(image.to_string()).or_default().clone()
+    }
+
+    #[tracing::instrument(name = "image_pull", skip_all, fields(image = %container.image.as_deref().unwrap_or_default()))]
+    pub async fn ensure(&self, container: &Container) -> Result<PulledImage, ImageError> {
+        let raw = container.image.as_deref().unwrap_or_default();
+        if raw.trim().is_empty() || raw.contains(char::is_whitespace) {
+            return Err(ImageError::InvalidName(raw.to_string()));
+        }
+        let image = with_default_tag(raw);
+        let policy = pull_policy(container);
+        if policy != "Always"
+            && let Some(id) = self.present(&image).await?
+        {
+            return Ok(PulledImage {
+                image_ref: id,
+                pulled: false,
+                took: Duration::ZERO,
+            });
+        }
+        if policy == "Never" {
+            return Err(ImageError::NeverPull(image));
+        }
+        let lock = self.image_lock(&image);
+        let _same_image = lock.lock().await;
+        if policy != "Always"
+            && let Some(id) = self.present(&image).await?
+        {
+            return Ok(PulledImage {
+                image_ref: id,
+                pulled: false,
+                took: Duration::ZERO,
+            });
+        }
+        let _slot = self.parallel.acquire().await;
+        let started = std::time::Instant::now();
+        let image_ref = self
+            .cri
+            .pull_image(&image, None, None, self.deadline)
+            .await
+            .map_err(|source| ImageError::Pull {
+                image: image.clone(),
+                source,
+            })?;
+        Ok(PulledImage {
+            image_ref,
+            pulled: true,
+            took: started.elapsed(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_tag_and_policy() {
+        assert_eq!(with_default_tag("busybox"), "busybox:latest");
+        assert_eq!(with_default_tag("localhost:5000/busybox"), "localhost:5000/busybox:latest");
+        assert_eq!(with_default_tag("busybox:1.36"), "busybox:1.36");
+        assert_eq!(with_default_tag("busybox@sha256:ab"), "busybox@sha256:ab");
+        let c = |image: &str, policy: Option<&str>| Container {
+            name: "c".into(),
+            image: Some(image.into()),
+            image_pull_policy: policy.map(str::to_string),
+            ..Default::default()
+        };
+        assert_eq!(pull_policy(&c("busybox", None)), "Always");
+        assert_eq!(pull_policy(&c("busybox:1", None)), "IfNotPresent");
+        assert_eq!(pull_policy(&c("busybox", Some("Never"))), "Never");
+    }
+}

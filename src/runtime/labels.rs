@@ -1,0 +1,148 @@
+//! Labels and annotations the kubelet puts on sandboxes and containers. They are how a kubelet
+//! (ours or upstream's, after a restart or an upgrade) recognises its own objects in the runtime,
+//! so the keys are upstream's.
+
+use std::collections::BTreeMap;
+use std::hash::Hasher;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+
+pub const POD_NAME: &str = "io.kubernetes.pod.name";
+pub const POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
+pub const POD_UID: &str = "io.kubernetes.pod.uid";
+pub const CONTAINER_NAME: &str = "io.kubernetes.container.name";
+pub const CONTAINER_HASH: &str = "io.kubernetes.container.hash";
+pub const CONTAINER_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
+pub const TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationMessagePath";
+pub const TERMINATION_MESSAGE_POLICY: &str = "io.kubernetes.container.terminationMessagePolicy";
+pub const POD_TERMINATION_GRACE_PERIOD: &str = "io.kubernetes.pod.terminationGracePeriod";
+pub const CONTAINER_PORTS: &str = "io.kubernetes.container.ports";
+
+/// Labels shared by the sandbox and every container of a pod.
+pub fn pod_labels(pod: &Pod) -> BTreeMap<String, String> {
+    let meta = &pod.metadata;
+    let mut labels: BTreeMap<String, String> = meta.labels.clone().unwrap_or_default();
+    labels.insert(POD_NAME.into(), meta.name.clone().unwrap_or_default());
+    labels.insert(POD_NAMESPACE.into(), meta.namespace.clone().unwrap_or_default());
+    labels.insert(POD_UID.into(), meta.uid.clone().unwrap_or_default());
+    labels
+}
+
+/// Container labels: only the identifying ones, like upstream (pod labels stay on the sandbox).
+pub fn container_labels(pod: &Pod, container: &Container) -> BTreeMap<String, String> {
+    let meta = &pod.metadata;
+    BTreeMap::from([
+        (POD_NAME.to_string(), meta.name.clone().unwrap_or_default()),
+        (POD_NAMESPACE.to_string(), meta.namespace.clone().unwrap_or_default()),
+        (POD_UID.to_string(), meta.uid.clone().unwrap_or_default()),
+        (CONTAINER_NAME.to_string(), container.name.clone()),
+    ])
+}
+
+pub fn container_annotations(
+    pod: &Pod,
+    container: &Container,
+    restart_count: u32,
+) -> BTreeMap<String, String> {
+    let mut a = BTreeMap::new();
+    a.insert(
+        CONTAINER_HASH.to_string(),
+        format!("{:x}", container_hash(container)),
+    );
+    a.insert(CONTAINER_RESTART_COUNT.to_string(), restart_count.to_string());
+    a.insert(
+        TERMINATION_MESSAGE_PATH.to_string(),
+        container
+            .termination_message_path
+            .clone()
+            .unwrap_or_else(|| "/dev/termination-log".into()),
+    );
+    a.insert(
+        TERMINATION_MESSAGE_POLICY.to_string(),
+        container
+            .termination_message_policy
+            .clone()
+            .unwrap_or_else(|| "File".into()),
+    );
+    let grace = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(30);
+    a.insert(POD_TERMINATION_GRACE_PERIOD.to_string(), grace.to_string());
+    if let Some(ports) = container.ports.as_ref().filter(|p| !p.is_empty())
+        && let Ok(json) = serde_json::to_string(ports)
+    {
+        a.insert(CONTAINER_PORTS.to_string(), json);
+    }
+    a
+}
+
+/// A stable hash of the container spec: a change means the container must be recreated.
+/// It must not change across kubelet restarts, so it hashes the canonical JSON (k8s-openapi
+/// serialises fields in a fixed order and maps as BTreeMaps) with FNV-1a rather than with
+/// std's randomly seeded hasher.
+pub fn container_hash(container: &Container) -> u64 {
+    let json = serde_json::to_vec(container).unwrap_or_default();
+    let mut h = Fnv1a::default();
+    h.write(&json);
+    h.finish()
+}
+
+struct Fnv1a(u64);
+
+impl Default for Fnv1a {
+    fn default() -> Self {
+        Fnv1a(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv1a {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+}
+
+/// Reads the hash annotation back; a container without one (not ours, or damaged) gets 0,
+/// which never matches a spec and so gets the container replaced.
+pub fn parse_hash(annotations: &std::collections::HashMap<String, String>) -> u64 {
+    annotations
+        .get(CONTAINER_HASH)
+        .and_then(|h| u64::from_str_radix(h, 16).ok())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn container(image: &str) -> Container {
+        Container {
+            name: "c".into(),
+            image: Some(image.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn hash_is_stable_and_sensitive() {
+        let a = container("busybox:1");
+        assert_eq!(container_hash(&a), container_hash(&a.clone()));
+        assert_ne!(container_hash(&a), container_hash(&container("busybox:2")));
+    }
+
+    #[test]
+    fn hash_round_trips_through_annotation() {
+        let c = container("busybox");
+        let pod = Pod::default();
+        let ann: std::collections::HashMap<_, _> =
+            container_annotations(&pod, &c, 0).into_iter().collect();
+        assert_eq!(parse_hash(&ann), container_hash(&c));
+    }
+}

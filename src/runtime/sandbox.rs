@@ -1,0 +1,177 @@
+//! Builds the CRI sandbox configuration for a pod.
+
+use std::path::Path;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::cri::api;
+use crate::runtime::dns::{DnsSettings, pod_dns_config};
+use crate::runtime::labels;
+use crate::runtime::paths;
+
+/// Hostnames are DNS labels: at most 63 bytes, no trailing '-' or '.' after truncation.
+fn truncate_hostname(name: &str) -> String {
+    let mut h: String = name.chars().take(63).collect();
+    while h.ends_with(['-', '.']) {
+        h.pop();
+    }
+    h
+}
+
+pub fn pod_hostname(pod: &Pod, node_name: &str) -> String {
+    let spec = pod.spec.as_ref();
+    if spec.and_then(|s| s.host_network).unwrap_or(false) {
+        return node_name.to_string();
+    }
+    let name = spec
+        .and_then(|s| s.hostname.as_deref())
+        .filter(|h| !h.is_empty())
+        .or(pod.metadata.name.as_deref())
+        .unwrap_or_default();
+    truncate_hostname(name)
+}
+
+pub fn namespace_options(pod: &Pod) -> api::NamespaceOption {
+    let spec = pod.spec.as_ref();
+    let flag = |f: Option<bool>| f.unwrap_or(false);
+    let mode = |node: bool, fallback: api::NamespaceMode| {
+        if node { api::NamespaceMode::Node } else { fallback }
+    };
+    let shared_pid = flag(spec.and_then(|s| s.share_process_namespace));
+    api::NamespaceOption {
+        network: mode(flag(spec.and_then(|s| s.host_network)), api::NamespaceMode::Pod) as i32,
+        pid: mode(
+            flag(spec.and_then(|s| s.host_pid)),
+            if shared_pid {
+                api::NamespaceMode::Pod
+            } else {
+                api::NamespaceMode::Container
+            },
+        ) as i32,
+        ipc: mode(flag(spec.and_then(|s| s.host_ipc)), api::NamespaceMode::Pod) as i32,
+        ..Default::default()
+    }
+}
+
+pub struct SandboxParams<'a> {
+    pub node_name: &'a str,
+    pub logs_root: &'a Path,
+    pub cgroup_parent: &'a str,
+    pub dns: &'a DnsSettings,
+}
+
+pub fn sandbox_config(pod: &Pod, attempt: u32, p: &SandboxParams<'_>) -> api::PodSandboxConfig {
+    let meta = &pod.metadata;
+    let name = meta.name.clone().unwrap_or_default();
+    let namespace = meta.namespace.clone().unwrap_or_default();
+    let uid = meta.uid.clone().unwrap_or_default();
+    let spec = pod.spec.as_ref();
+    let log_dir = paths::pod_log_dir(p.logs_root, &namespace, &name, &uid);
+
+    let mut port_mappings = Vec::new();
+    for c in spec.map(|s| s.containers.as_slice()).unwrap_or(&[]) {
+        for port in c.ports.iter().flatten() {
+            port_mappings.push(api::PortMapping {
+                protocol: protocol(port.protocol.as_deref()) as i32,
+                container_port: port.container_port,
+                host_port: port.host_port.unwrap_or(0),
+                host_ip: port.host_ip.clone().unwrap_or_default(),
+            });
+        }
+    }
+
+    let psc = spec.and_then(|s| s.security_context.as_ref());
+    let security_context = api::LinuxSandboxSecurityContext {
+        namespace_options: Some(namespace_options(pod)),
+        run_as_user: psc
+            .and_then(|s| s.run_as_user)
+            .map(|value| api::Int64Value { value }),
+        run_as_group: psc
+            .and_then(|s| s.run_as_group)
+            .map(|value| api::Int64Value { value }),
+        supplemental_groups: psc
+            .and_then(|s| s.supplemental_groups.clone())
+            .unwrap_or_default(),
+        ..Default::default()
+    };
+    let sysctls = psc
+        .and_then(|s| s.sysctls.as_ref())
+        .map(|list| {
+            list.iter()
+                .map(|s| (s.name.clone(), s.value.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+
+    api::PodSandboxConfig {
+        metadata: Some(api::PodSandboxMetadata {
+            name,
+            uid,
+            namespace,
+            attempt,
+        }),
+        hostname: pod_hostname(pod, p.node_name),
+        log_directory: log_dir.to_string_lossy().into_owned(),
+        dns_config: Some(pod_dns_config(pod, p.dns)),
+        port_mappings,
+        labels: labels::pod_labels(pod).into_iter().collect(),
+        annotations: meta
+            .annotations
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect(),
+        linux: Some(api::LinuxPodSandboxConfig {
+            cgroup_parent: p.cgroup_parent.to_string(),
+            security_context: Some(security_context),
+            sysctls,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+pub fn protocol(p: Option<&str>) -> api::Protocol {
+    match p {
+        Some("UDP") => api::Protocol::Udp,
+        Some("SCTP") => api::Protocol::Sctp,
+        _ => api::Protocol::Tcp,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::PodSpec;
+
+    #[test]
+    fn hostname_is_truncated_label() {
+        let mut pod = Pod::default();
+        pod.metadata.name = Some(format!("{}-x", "a".repeat(62)));
+        assert_eq!(pod_hostname(&pod, "node"), "a".repeat(62));
+        pod.spec = Some(PodSpec {
+            host_network: Some(true),
+            ..Default::default()
+        });
+        assert_eq!(pod_hostname(&pod, "node"), "node");
+    }
+
+    #[test]
+    fn sandbox_carries_identity_and_log_dir() {
+        let mut pod = Pod::default();
+        pod.metadata.name = Some("web-n1".into());
+        pod.metadata.namespace = Some("default".into());
+        pod.metadata.uid = Some("u1".into());
+        let dns = DnsSettings::default();
+        let cfg = sandbox_config(&pod, 2, &SandboxParams {
+            node_name: "n1",
+            logs_root: Path::new("/var/log/pods"),
+            cgroup_parent: "/kubepods/besteffort/podu1",
+            dns: &dns,
+        });
+        assert_eq!(cfg.log_directory, "/var/log/pods/default_web-n1_u1");
+        assert_eq!(cfg.metadata.unwrap().attempt, 2);
+        assert_eq!(cfg.labels[labels::POD_UID], "u1");
+        assert_eq!(cfg.linux.unwrap().cgroup_parent, "/kubepods/besteffort/podu1");
+    }
+}

@@ -1,0 +1,70 @@
+//! /healthz with upstream's named checks (ping, log, syncloop) and their output format.
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use std::collections::HashMap;
+
+use super::ServerState;
+
+const CHECKS: &[&str] = &["ping", "log", "syncloop"];
+
+fn run_check(name: &str, state: &ServerState) -> Option<Result<(), String>> {
+    Some(match name {
+        "ping" | "log" => Ok(()),
+        "syncloop" => match state.sync_health.since_last_iteration() {
+            Some(idle) if idle > state.sync_loop_deadline => {
+                Err(format!("sync Loop took longer than expected: last iteration {idle:?} ago"))
+            }
+            _ => Ok(()),
+        },
+        _ => return None,
+    })
+}
+
+fn text(status: StatusCode, body: String) -> Response {
+    (
+        status,
+        [
+            ("content-type", "text/plain; charset=utf-8"),
+            ("x-content-type-options", "nosniff"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+pub async fn all(State(state): State<ServerState>, Query(q): Query<HashMap<String, String>>) -> Response {
+    let mut report = String::new();
+    let mut failed = false;
+    for name in CHECKS {
+        match run_check(name, &state).unwrap_or(Ok(())) {
+            Ok(()) => report.push_str(&format!("[+]{name} ok\n")),
+            Err(err) => {
+                failed = true;
+                tracing::info!(check = name, %err, "healthz check failed");
+                report.push_str(&format!("[-]{name} failed: reason withheld\n"));
+            }
+        }
+    }
+    if failed {
+        report.push_str("healthz check failed\n");
+        return text(StatusCode::INTERNAL_SERVER_ERROR, report);
+    }
+    if q.contains_key("verbose") {
+        report.push_str("healthz check passed\n");
+        return text(StatusCode::OK, report);
+    }
+    text(StatusCode::OK, "ok".into())
+}
+
+pub async fn one(State(state): State<ServerState>, Path(check): Path<String>) -> Response {
+    match run_check(&check, &state) {
+        None => text(StatusCode::NOT_FOUND, "404 page not found\n".into()),
+        Some(Ok(())) => text(StatusCode::OK, "ok".into()),
+        Some(Err(err)) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("internal server error: {err}\n"),
+        ),
+    }
+}

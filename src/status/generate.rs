@@ -1,0 +1,405 @@
+//! Builds the v1 PodStatus upstream would report for a pod.
+
+use std::collections::HashMap;
+use std::time::SystemTime;
+
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::cm::qos_class;
+use crate::runtime::Waiting;
+use crate::runtime::actions::RestartPolicy;
+use crate::runtime::observed::{ContainerInfo, ContainerState, ObservedPod};
+
+pub struct PodStatusInput<'a> {
+    pub pod: &'a Pod,
+    pub observed: &'a ObservedPod,
+    pub waiting: &'a HashMap<String, Waiting>,
+    pub start_time: SystemTime,
+    pub node_ip: &'a str,
+    /// The runtime's name, for container IDs like `containerd://<id>`.
+    pub runtime_name: &'a str,
+    pub now: SystemTime,
+}
+
+fn time(t: SystemTime) -> Option<Time> {
+    jiff::Timestamp::try_from(t).ok().map(Time)
+}
+
+fn nanos_time(nanos: i64) -> Option<Time> {
+    crate::runtime::observed::nanos_to_time(nanos).and_then(time)
+}
+
+fn terminated(c: &ContainerInfo, runtime_name: &str) -> ContainerStateTerminated {
+    let reason = if !c.reason.is_empty() {
+        c.reason.clone()
+    } else if c.exit_code == 0 {
+        "Completed".into()
+    } else {
+        "Error".into()
+    };
+    ContainerStateTerminated {
+        exit_code: c.exit_code,
+        reason: Some(reason),
+        message: Some(c.message.clone()).filter(|m| !m.is_empty()),
+        started_at: nanos_time(c.started_at),
+        finished_at: nanos_time(c.finished_at),
+        container_id: Some(format!("{runtime_name}://{}", c.id)),
+        signal: None,
+    }
+}
+
+fn waiting_state(reason: &str, message: Option<String>) -> ApiState {
+    ApiState {
+        waiting: Some(ContainerStateWaiting {
+            reason: Some(reason.into()),
+            message,
+        }),
+        ..Default::default()
+    }
+}
+
+fn container_status(
+    spec: &Container,
+    input: &PodStatusInput<'_>,
+    default_waiting: &str,
+) -> ContainerStatus {
+    let newest = input.observed.newest_container(&spec.name);
+    let previous = input.observed.previous_container(&spec.name);
+    let rt = input.runtime_name;
+    let last_terminated = |c: Option<&ContainerInfo>| {
+        c.filter(|c| c.state == ContainerState::Exited)
+            .map(|c| ApiState {
+                terminated: Some(terminated(c, rt)),
+                ..Default::default()
+            })
+    };
+    let (state, last_state) = match (input.waiting.get(&spec.name), newest) {
+        (Some(w), Some(n)) if n.state == ContainerState::Exited => (
+            waiting_state(&w.reason, Some(w.message.clone())),
+            last_terminated(Some(n)),
+        ),
+        (Some(w), _) => (
+            waiting_state(&w.reason, Some(w.message.clone())),
+            last_terminated(previous),
+        ),
+        (None, Some(n)) if n.state == ContainerState::Running => (
+            ApiState {
+                running: Some(ContainerStateRunning {
+                    started_at: nanos_time(n.started_at),
+                }),
+                ..Default::default()
+            },
+            last_terminated(previous),
+        ),
+        (None, Some(n)) if n.state == ContainerState::Exited => (
+            ApiState {
+                terminated: Some(terminated(n, rt)),
+                ..Default::default()
+            },
+            last_terminated(previous),
+        ),
+        (None, _) => (waiting_state(default_waiting, None), last_terminated(previous)),
+    };
+    let running = state.running.is_some();
+    ContainerStatus {
+        name: spec.name.clone(),
+        image: spec.image.clone().unwrap_or_default(),
+        image_id: newest.map(|n| n.image_ref.clone()).unwrap_or_default(),
+        container_id: newest.map(|n| format!("{rt}://{}", n.id)),
+        restart_count: newest.map(|n| n.attempt as i32).unwrap_or(0),
+        ready: running,
+        started: Some(running),
+        state: Some(state),
+        last_state: Some(last_state.unwrap_or_default()),
+        ..Default::default()
+    }
+}
+
+/// Upstream's phase rules over the generated container statuses.
+pub fn pod_phase(
+    policy: RestartPolicy,
+    init: &[ContainerStatus],
+    regular: &[ContainerStatus],
+    init_specs: usize,
+) -> &'static str {
+    let mut pending_init = 0;
+    let mut failed_init = 0;
+    for s in init {
+        let st = s.state.clone().unwrap_or_default();
+        if let Some(t) = st.terminated {
+            if t.exit_code != 0 {
+                failed_init += 1;
+            }
+        } else if st.waiting.is_some() {
+            let failed_before = s
+                .last_state
+                .as_ref()
+                .and_then(|l| l.terminated.as_ref())
+                .is_some_and(|t| t.exit_code != 0);
+            if failed_before {
+                failed_init += 1;
+            } else {
+                pending_init += 1;
+            }
+        } else {
+            pending_init += 1;
+        }
+    }
+    pending_init += init_specs.saturating_sub(init.len());
+    let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
+    for s in regular {
+        let st = s.state.clone().unwrap_or_default();
+        if st.running.is_some() {
+            running += 1;
+        } else if let Some(t) = st.terminated {
+            stopped += 1;
+            if t.exit_code == 0 {
+                succeeded += 1;
+            }
+        } else if s.last_state.as_ref().and_then(|l| l.terminated.as_ref()).is_some() {
+            stopped += 1;
+        } else {
+            waiting += 1;
+        }
+    }
+    if failed_init > 0 && policy == RestartPolicy::Never {
+        return "Failed";
+    }
+    if pending_init > 0 || waiting > 0 {
+        return "Pending";
+    }
+    if running > 0 {
+        return "Running";
+    }
+    if stopped > 0 {
+        return match policy {
+            RestartPolicy::Always => "Running",
+            RestartPolicy::OnFailure if stopped == succeeded => "Succeeded",
+            RestartPolicy::OnFailure => "Running",
+            RestartPolicy::Never if stopped == succeeded => "Succeeded",
+            RestartPolicy::Never => "Failed",
+        };
+    }
+    "Pending"
+}
+
+fn condition(type_: &str, ok: bool, reason: Option<&str>, message: Option<String>, at: &Option<Time>) -> PodCondition {
+    PodCondition {
+        type_: type_.into(),
+        status: if ok { "True" } else { "False" }.into(),
+        reason: if ok { None } else { reason.map(str::to_string) },
+        message: if ok { None } else { message },
+        last_transition_time: at.clone(),
+        ..Default::default()
+    }
+}
+
+pub fn generate_pod_status(input: &PodStatusInput<'_>) -> PodStatus {
+    let pod = input.pod;
+    let spec = pod.spec.clone().unwrap_or_default();
+    let policy = RestartPolicy::of(pod);
+    let init_specs = spec.init_containers.clone().unwrap_or_default();
+
+    let init_statuses: Vec<ContainerStatus> = init_specs
+        .iter()
+        .map(|c| container_status(c, input, "PodInitializing"))
+        .collect();
+    let init_done = init_statuses.iter().all(|s| {
+        s.state
+            .as_ref()
+            .and_then(|st| st.terminated.as_ref())
+            .is_some_and(|t| t.exit_code == 0)
+    });
+    let default_waiting = if init_done { "ContainerCreating" } else { "PodInitializing" };
+    let statuses: Vec<ContainerStatus> = spec
+        .containers
+        .iter()
+        .map(|c| container_status(c, input, default_waiting))
+        .collect();
+    let phase = pod_phase(policy, &init_statuses, &statuses, 0);
+    let finished = matches!(phase, "Succeeded" | "Failed");
+
+    let now = time(input.now);
+    let unready: Vec<&str> = statuses
+        .iter()
+        .filter(|s| !s.ready)
+        .map(|s| s.name.as_str())
+        .collect();
+    let incomplete: Vec<&str> = init_statuses
+        .iter()
+        .filter(|s| {
+            !s.state
+                .as_ref()
+                .and_then(|st| st.terminated.as_ref())
+                .is_some_and(|t| t.exit_code == 0)
+        })
+        .map(|s| s.name.as_str())
+        .collect();
+    let ready_reason = if finished { "PodCompleted" } else { "ContainersNotReady" };
+    let unready_msg = (!finished).then(|| format!("containers with unready status: [{}]", unready.join(" ")));
+    let sandbox_ready = input.observed.newest_sandbox().is_some_and(|s| s.ready);
+    let conditions = vec![
+        condition("PodReadyToStartContainers", sandbox_ready, None, None, &now),
+        condition(
+            "Initialized",
+            init_done || finished && incomplete.is_empty(),
+            Some(if finished { "PodCompleted" } else { "ContainersNotInitialized" }),
+            Some(format!("containers with incomplete status: [{}]", incomplete.join(" "))),
+            &now,
+        ),
+        condition("Ready", unready.is_empty() && !finished, Some(ready_reason), unready_msg.clone(), &now),
+        condition("ContainersReady", unready.is_empty() && !finished, Some(ready_reason), unready_msg, &now),
+        condition("PodScheduled", true, None, None, &now),
+    ];
+
+    let host_network = spec.host_network.unwrap_or(false);
+    let pod_ips: Vec<String> = if host_network {
+        vec![input.node_ip.to_string()]
+    } else {
+        input
+            .observed
+            .newest_sandbox()
+            .map(|s| s.ips.clone())
+            .unwrap_or_default()
+    };
+    PodStatus {
+        phase: Some(phase.into()),
+        conditions: Some(conditions),
+        host_ip: Some(input.node_ip.to_string()).filter(|ip| !ip.is_empty()),
+        host_ips: Some(vec![HostIP {
+            ip: input.node_ip.to_string(),
+        }])
+        .filter(|_| !input.node_ip.is_empty()),
+        pod_ip: pod_ips.first().cloned(),
+        pod_ips: Some(pod_ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect())
+            .filter(|v: &Vec<PodIP>| !v.is_empty()),
+        start_time: time(input.start_time),
+        qos_class: Some(qos_class(&spec).as_str().into()),
+        init_container_statuses: Some(init_statuses).filter(|v| !v.is_empty()),
+        container_statuses: Some(statuses),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::observed::SandboxInfo;
+    use k8s_openapi::api::core::v1::PodSpec;
+    use std::time::Duration;
+
+    fn pod(policy: &str) -> Pod {
+        Pod {
+            spec: Some(PodSpec {
+                restart_policy: Some(policy.into()),
+                containers: vec![Container {
+                    name: "a".into(),
+                    image: Some("busybox".into()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn info(attempt: u32, state: ContainerState, code: i32) -> ContainerInfo {
+        ContainerInfo {
+            id: format!("id{attempt}"),
+            name: "a".into(),
+            sandbox_id: "s".into(),
+            attempt,
+            state,
+            hash: 0,
+            created_at: 1,
+            started_at: 1_000_000_000,
+            finished_at: if state == ContainerState::Exited { 2_000_000_000 } else { 0 },
+            exit_code: code,
+            termination_grace: None,
+            reason: String::new(),
+            message: String::new(),
+            image: "busybox".into(),
+            image_ref: "sha256:1".into(),
+        }
+    }
+
+    fn gen(pod: &Pod, observed: &ObservedPod, waiting: &HashMap<String, Waiting>) -> PodStatus {
+        generate_pod_status(&PodStatusInput {
+            pod,
+            observed,
+            waiting,
+            start_time: SystemTime::UNIX_EPOCH + Duration::from_secs(10),
+            node_ip: "192.0.2.1",
+            runtime_name: "containerd",
+            now: SystemTime::UNIX_EPOCH + Duration::from_secs(20),
+        })
+    }
+
+    fn observed(containers: Vec<ContainerInfo>) -> ObservedPod {
+        let mut o = ObservedPod {
+            sandboxes: vec![SandboxInfo {
+                id: "s".into(),
+                attempt: 0,
+                ready: true,
+                created_at: 1,
+                ips: vec!["10.88.0.5".into()],
+            }],
+            containers,
+            ..Default::default()
+        };
+        o.sort();
+        o
+    }
+
+    #[test]
+    fn running_pod() {
+        let s = gen(&pod("Always"), &observed(vec![info(0, ContainerState::Running, 0)]), &HashMap::new());
+        assert_eq!(s.phase.as_deref(), Some("Running"));
+        assert_eq!(s.pod_ip.as_deref(), Some("10.88.0.5"));
+        let cs = &s.container_statuses.unwrap()[0];
+        assert!(cs.ready && cs.state.as_ref().unwrap().running.is_some());
+        assert_eq!(cs.container_id.as_deref(), Some("containerd://id0"));
+        let ready = s.conditions.unwrap().into_iter().find(|c| c.type_ == "Ready").unwrap();
+        assert_eq!(ready.status, "True");
+        assert_eq!(s.qos_class.as_deref(), Some("BestEffort"));
+    }
+
+    #[test]
+    fn crash_loop_shows_waiting_with_last_state() {
+        let waiting = HashMap::from([(
+            "a".to_string(),
+            Waiting { reason: "CrashLoopBackOff".into(), message: "back-off".into() },
+        )]);
+        let o = observed(vec![info(0, ContainerState::Exited, 1), info(1, ContainerState::Exited, 1)]);
+        let s = gen(&pod("Always"), &o, &waiting);
+        let cs = &s.container_statuses.unwrap()[0];
+        assert_eq!(cs.restart_count, 1);
+        let st = cs.state.as_ref().unwrap();
+        assert_eq!(st.waiting.as_ref().unwrap().reason.as_deref(), Some("CrashLoopBackOff"));
+        let last = cs.last_state.as_ref().unwrap().terminated.as_ref().unwrap();
+        assert_eq!((last.exit_code, last.reason.as_deref()), (1, Some("Error")));
+        assert_eq!(s.phase.as_deref(), Some("Running"));
+    }
+
+    #[test]
+    fn never_pod_ends_failed_or_succeeded() {
+        let s = gen(&pod("Never"), &observed(vec![info(0, ContainerState::Exited, 3)]), &HashMap::new());
+        assert_eq!(s.phase.as_deref(), Some("Failed"));
+        let t = s.container_statuses.unwrap()[0].state.clone().unwrap().terminated.unwrap();
+        assert_eq!(t.exit_code, 3);
+        let s = gen(&pod("Never"), &observed(vec![info(0, ContainerState::Exited, 0)]), &HashMap::new());
+        assert_eq!(s.phase.as_deref(), Some("Succeeded"));
+    }
+
+    #[test]
+    fn new_pod_is_pending_creating() {
+        let s = gen(&pod("Always"), &ObservedPod::default(), &HashMap::new());
+        assert_eq!(s.phase.as_deref(), Some("Pending"));
+        let w = s.container_statuses.unwrap()[0].state.clone().unwrap().waiting.unwrap();
+        assert_eq!(w.reason.as_deref(), Some("ContainerCreating"));
+    }
+}

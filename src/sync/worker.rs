@@ -1,0 +1,160 @@
+//! One task per pod: it alone touches its pod in the runtime, so no two syncs of the same pod
+//! ever race. It wakes on a new spec, a PLEG event, a backoff expiry or the resync period.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, info, info_span, warn};
+
+use crate::runtime::backoff::Backoff;
+use crate::runtime::{RuntimeManager, SyncOutcome};
+use crate::status::{PodStatusInput, StatusStore, generate_pod_status};
+
+/// What the pod's owner wants from the worker now.
+#[derive(Clone, Debug)]
+pub enum Desired {
+    Run(Arc<Pod>),
+    /// Stop everything with this grace period, remove it, and end the worker.
+    Terminate { pod: Arc<Pod>, grace: i64 },
+}
+
+pub struct WorkerContext {
+    pub runtime: Arc<RuntimeManager>,
+    pub status: Arc<StatusStore>,
+    pub resync: Duration,
+    pub runtime_name: String,
+    pub done: mpsc::Sender<String>,
+}
+
+const RETRY_AFTER_ERROR: Duration = Duration::from_secs(5);
+
+pub struct WorkerHandle {
+    desired: watch::Sender<Desired>,
+    poke: mpsc::Sender<()>,
+    terminating: bool,
+}
+
+impl WorkerHandle {
+    pub fn spawn(uid: String, desired: Desired, ctx: Arc<WorkerContext>, cancel: CancellationToken) -> Self {
+        let terminating = matches!(desired, Desired::Terminate { .. });
+        let (desired_tx, desired_rx) = watch::channel(desired);
+        // Capacity 1: pokes coalesce, a pending one is as good as many.
+        let (poke_tx, poke_rx) = mpsc::channel(1);
+        let span = info_span!("pod_worker", pod_uid = %uid);
+        tokio::spawn(run(uid, desired_rx, poke_rx, ctx, cancel).instrument(span));
+        WorkerHandle {
+            desired: desired_tx,
+            poke: poke_tx,
+            terminating,
+        }
+    }
+
+    pub fn update(&mut self, desired: Desired) {
+        if self.terminating {
+            // Termination is final; a later spec for the same UID waits for a new worker.
+            return;
+        }
+        self.terminating = matches!(desired, Desired::Terminate { .. });
+        self.desired.send_replace(desired);
+    }
+
+    pub fn poke(&self) {
+        let _ = self.poke.try_send(());
+    }
+
+    pub fn is_terminating(&self) -> bool {
+        self.terminating
+    }
+}
+
+async fn run(
+    uid: String,
+    mut desired_rx: watch::Receiver<Desired>,
+    mut poke_rx: mpsc::Receiver<()>,
+    ctx: Arc<WorkerContext>,
+    cancel: CancellationToken,
+) {
+    let mut backoff = Backoff::default();
+    let start_time = SystemTime::now();
+    loop {
+        let desired = desired_rx.borrow_and_update().clone();
+        let wait = match desired {
+            Desired::Run(pod) => match sync_once(&uid, &pod, &ctx, &mut backoff, start_time).await {
+                Ok(outcome) => outcome.requeue_after.unwrap_or(ctx.resync).min(ctx.resync),
+                Err(err) => {
+                    warn!(%err, "Error syncing pod, skipping");
+                    RETRY_AFTER_ERROR
+                }
+            },
+            Desired::Terminate { pod, grace } => match terminate(&uid, &pod, grace, &ctx).await {
+                Ok(()) => {
+                    ctx.status.remove(&uid);
+                    let _ = ctx.done.send(uid).await;
+                    return;
+                }
+                Err(err) => {
+                    warn!(%err, "Error terminating pod, will retry");
+                    RETRY_AFTER_ERROR
+                }
+            },
+        };
+        backoff.gc(SystemTime::now());
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            changed = desired_rx.changed() => if changed.is_err() { return },
+            _ = poke_rx.recv() => {}
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+async fn sync_once(
+    uid: &str,
+    pod: &Arc<Pod>,
+    ctx: &WorkerContext,
+    backoff: &mut Backoff,
+    start_time: SystemTime,
+) -> Result<SyncOutcome, crate::runtime::RuntimeError> {
+    let observed = ctx.runtime.pod_status(uid).await?;
+    let outcome = ctx.runtime.sync_pod(pod, &observed, backoff).await?;
+    // Status from the state before this sync's actions: whatever they changed comes back as a
+    // PLEG event within a relist period and is reported on the next sync.
+    let status = generate_pod_status(&PodStatusInput {
+        pod,
+        observed: &observed,
+        waiting: &outcome.waiting,
+        start_time,
+        node_ip: &ctx.runtime.settings().node_ip,
+        runtime_name: &ctx.runtime_name,
+        now: SystemTime::now(),
+    });
+    ctx.status.set(uid, pod.clone(), status);
+    Ok(outcome)
+}
+
+#[tracing::instrument(name = "terminate_pod", skip_all, fields(grace))]
+async fn terminate(
+    uid: &str,
+    pod: &Pod,
+    grace: i64,
+    ctx: &WorkerContext,
+) -> Result<(), crate::runtime::RuntimeError> {
+    let observed = ctx.runtime.pod_status(uid).await?;
+    ctx.runtime.kill_pod(pod, &observed, grace).await?;
+    // Containers stopped during the kill are listed again so none is missed by the removal.
+    let observed = ctx.runtime.pod_status(uid).await?;
+    let meta = &pod.metadata;
+    let name = meta.name.clone().unwrap_or_else(|| observed.name.clone());
+    let namespace = meta
+        .namespace
+        .clone()
+        .unwrap_or_else(|| observed.namespace.clone());
+    ctx.runtime
+        .remove_pod(uid, &namespace, &name, &observed)
+        .await?;
+    info!(pod = %format!("{namespace}/{name}"), "Pod terminated and removed");
+    Ok(())
+}

@@ -1,0 +1,78 @@
+//! Configuration errors end the process with a message that names the culprit.
+
+use std::process::Command;
+
+fn kubelet(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_kubelet"))
+        .args(args)
+        .output()
+        .expect("run kubelet");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+#[test]
+fn invalid_config_value_exits_non_zero_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config.yaml");
+    std::fs::write(
+        &cfg,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nhealthzPort: 70000\n",
+    )
+    .unwrap();
+    let (code, out) = kubelet(&[&format!("--config={}", cfg.display())]);
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("healthzPort"), "{out}");
+}
+
+#[test]
+fn unknown_config_field_exits_non_zero_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config.json");
+    std::fs::write(
+        &cfg,
+        r#"{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration","syncFrequncy":"1m"}"#,
+    )
+    .unwrap();
+    let (code, out) = kubelet(&[&format!("--config={}", cfg.display())]);
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("syncFrequncy"), "{out}");
+}
+
+#[test]
+fn unknown_flag_exits_non_zero_naming_it() {
+    let (code, out) = kubelet(&["--no-such-flag=1"]);
+    assert_ne!(code, 0);
+    assert!(out.contains("no-such-flag"), "{out}");
+}
+
+#[test]
+fn version_and_help_exit_zero() {
+    let (code, out) = kubelet(&["--version"]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("Kubernetes v1."), "{out}");
+    let (code, out) = kubelet(&["--help"]);
+    assert_eq!(code, 0);
+    for flag in ["--pod-manifest-path", "--container-runtime-endpoint", "--config", "--v"] {
+        assert!(out.contains(flag), "help lacks {flag}");
+    }
+}
+
+#[test]
+fn unreachable_runtime_exits_non_zero_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, out) = kubelet(&[
+        "--container-runtime-endpoint=unix:///nonexistent/krs.sock",
+        &format!("--root-dir={}", dir.path().display()),
+        "--healthz-port=0",
+        "--runtime-request-timeout=2s",
+        "--cgroups-per-qos=false",
+        "--fail-swap-on=false",
+    ]);
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("/nonexistent/krs.sock"), "{out}");
+}

@@ -1,0 +1,339 @@
+//! Harness for integration tests: the real kubelet binary against the test bed's containerd.
+//!
+//! Kubelets sharing one containerd kill each other's pods, so tests in a binary run one at a
+//! time (`serial()`), and each test removes its pods before it ends.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub const BUSYBOX: &str = "docker.io/library/busybox:1.36";
+pub const NODE: &str = "krs-it-node";
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Starts (or finds) the test bed's containerd once per test binary and returns its socket.
+pub fn containerd_socket() -> String {
+    static SOCK: OnceLock<String> = OnceLock::new();
+    SOCK.get_or_init(|| {
+        if let Ok(sock) = std::env::var("KRS_CONTAINERD_SOCK")
+            && Path::new(&sock).exists()
+        {
+            return sock;
+        }
+        for script in ["containerd.sh start", "images.sh"] {
+            let mut words = script.split(' ');
+            let file = repo_root().join("hack/testbed").join(words.next().unwrap());
+            let status = Command::new("bash")
+                .arg(&file)
+                .args(words)
+                .status()
+                .unwrap_or_else(|e| panic!("running {}: {e}", file.display()));
+            assert!(status.success(), "{} failed: {status}", file.display());
+        }
+        let out = Command::new("bash")
+            .arg(repo_root().join("hack/testbed/containerd.sh"))
+            .arg("env")
+            .output()
+            .expect("containerd.sh env");
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.lines()
+            .find_map(|l| {
+                l.trim_start_matches("export ")
+                    .strip_prefix("KRS_CONTAINERD_SOCK=")
+                    .map(|v| v.trim_matches(['"', '\'']).to_string())
+            })
+            .expect("containerd.sh env printed no KRS_CONTAINERD_SOCK")
+    })
+    .clone()
+}
+
+pub fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// A kubelet process with its own folders; killed when dropped.
+pub struct Kubelet {
+    pub dir: tempfile::TempDir,
+    pub manifests: PathBuf,
+    pub root_dir: PathBuf,
+    pub cgroup_root: String,
+    pub healthz_port: u16,
+    pub ro_port: u16,
+    pub log_path: PathBuf,
+    child: Option<Child>,
+    runs: u32,
+}
+
+impl Kubelet {
+    pub fn new(test: &str) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("krs-it-{test}-"))
+            .tempdir()
+            .expect("tempdir");
+        let manifests = dir.path().join("manifests");
+        let root_dir = dir.path().join("root");
+        std::fs::create_dir_all(&manifests).unwrap();
+        Kubelet {
+            log_path: dir.path().join("kubelet.log"),
+            manifests,
+            root_dir,
+            cgroup_root: "/krs-it".into(),
+            healthz_port: free_port(),
+            ro_port: free_port(),
+            dir,
+            child: None,
+            runs: 0,
+        }
+    }
+
+    pub fn start(&mut self) {
+        self.start_with(&[]);
+    }
+
+    pub fn start_with(&mut self, extra: &[&str]) {
+        assert!(self.child.is_none(), "kubelet already running");
+        self.runs += 1;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .unwrap();
+        let sock = containerd_socket();
+        let child = Command::new(env!("CARGO_BIN_EXE_kubelet"))
+            .args([
+                &format!("--pod-manifest-path={}", self.manifests.display()),
+                &format!("--root-dir={}", self.root_dir.display()),
+                &format!("--container-runtime-endpoint=unix://{sock}"),
+                &format!("--cgroup-root={}", self.cgroup_root),
+                &format!("--hostname-override={NODE}"),
+                "--node-ip=127.0.0.1",
+                &format!("--healthz-port={}", self.healthz_port),
+                &format!("--read-only-port={}", self.ro_port),
+                "--file-check-frequency=2s",
+                "--fail-swap-on=false",
+                "--v=3",
+            ])
+            .args(extra)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn kubelet");
+        self.child = Some(child);
+        wait_for(Duration::from_secs(30), "kubelet healthz", || {
+            self.assert_alive();
+            http_get(self.healthz_port, "/healthz").filter(|(code, body)| *code == 200 && body == "ok")
+        });
+    }
+
+    fn assert_alive(&mut self) {
+        if let Some(child) = self.child.as_mut()
+            && let Ok(Some(status)) = child.try_wait()
+        {
+            panic!("kubelet exited early with {status}; log:\n{}", self.log());
+        }
+    }
+
+    /// SIGTERM, as systemd would; the kubelet must leave pods running.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    pub fn write_manifest(&self, file: &str, body: &str) {
+        // Write then rename, so the watcher never sees half a file.
+        let tmp = self.dir.path().join(format!(".{file}.tmp"));
+        std::fs::write(&tmp, body).unwrap();
+        std::fs::rename(&tmp, self.manifests.join(file)).unwrap();
+    }
+
+    pub fn remove_manifest(&self, file: &str) {
+        std::fs::remove_file(self.manifests.join(file)).unwrap();
+    }
+
+    /// The pods the kubelet reports on its read-only port.
+    pub fn pods(&self) -> Vec<Value> {
+        let Some((200, body)) = http_get(self.ro_port, "/pods") else {
+            return vec![];
+        };
+        let list: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        list["items"].as_array().cloned().unwrap_or_default()
+    }
+
+    pub fn pod(&self, name: &str) -> Option<Value> {
+        let full = format!("{name}-{NODE}");
+        self.pods()
+            .into_iter()
+            .find(|p| p["metadata"]["name"] == full.as_str())
+    }
+
+    pub fn wait_pod(&mut self, name: &str, what: &str, timeout: Duration, ok: impl Fn(&Value) -> bool) -> Value {
+        let mut last = None;
+        let found = wait_for_opt(timeout, || {
+            self.assert_alive();
+            let p = self.pod(name);
+            let hit = p.as_ref().filter(|p| ok(p)).cloned();
+            last = p;
+            hit
+        });
+        found.unwrap_or_else(|| {
+            panic!(
+                "timed out waiting for pod {name}: {what}\nlast status: {}\nkubelet log tail:\n{}",
+                serde_json::to_string_pretty(&last).unwrap_or_default(),
+                tail(&self.log(), 60)
+            )
+        })
+    }
+
+    /// Removes every manifest and waits until the runtime holds none of this test's pods.
+    pub fn cleanup(&mut self) {
+        if self.child.is_none() {
+            self.start();
+        }
+        for entry in std::fs::read_dir(&self.manifests).unwrap().flatten() {
+            let _ = std::fs::remove_file(entry.path());
+        }
+        let gone = wait_for_opt(Duration::from_secs(60), || {
+            let n = runtime_pod_count();
+            (n == 0).then_some(())
+        });
+        if gone.is_none() {
+            eprintln!("pods still present after cleanup; log tail:\n{}", tail(&self.log(), 40));
+        }
+        self.stop();
+    }
+}
+
+impl Drop for Kubelet {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+pub fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+pub fn wait_for_opt<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+pub fn wait_for<T>(timeout: Duration, what: &str, f: impl FnMut() -> Option<T>) -> T {
+    wait_for_opt(timeout, f).unwrap_or_else(|| panic!("timed out waiting for {what}"))
+}
+
+/// A minimal HTTP/1.0 GET against localhost, returning status and body.
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).ok()?;
+    let (head, body) = raw.split_once("\r\n\r\n")?;
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, body.to_string()))
+}
+
+/// Pod sandboxes in the test containerd, via its own CLI so the check does not trust our client.
+pub fn runtime_pod_count() -> usize {
+    let sock = containerd_socket();
+    let out = Command::new("ctr")
+        .args(["--address", &sock, "-n", "k8s.io", "containers", "ls", "-q"])
+        .output()
+        .expect("ctr");
+    String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.trim().is_empty()).count()
+}
+
+/// Container IDs (running tasks) in the test containerd.
+pub fn running_tasks() -> Vec<String> {
+    let sock = containerd_socket();
+    let out = Command::new("ctr")
+        .args(["--address", &sock, "-n", "k8s.io", "tasks", "ls"])
+        .output()
+        .expect("ctr");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .skip(1)
+        .filter(|l| l.contains("RUNNING"))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect()
+}
+
+pub fn container_status<'a>(pod: &'a Value, name: &str) -> &'a Value {
+    pod["status"]["containerStatuses"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["name"] == name))
+        .unwrap_or(&Value::Null)
+}
+
+pub fn init_status<'a>(pod: &'a Value, name: &str) -> &'a Value {
+    pod["status"]["initContainerStatuses"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["name"] == name))
+        .unwrap_or(&Value::Null)
+}
+
+pub fn phase(pod: &Value) -> &str {
+    pod["status"]["phase"].as_str().unwrap_or_default()
+}
+
+/// A busybox pod manifest running `script` in one container.
+pub fn pod_yaml(name: &str, restart: &str, grace: u32, script: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  restartPolicy: {restart}
+  terminationGracePeriodSeconds: {grace}
+  containers:
+  - name: main
+    image: {BUSYBOX}
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", {script:?}]
+"#
+    )
+}
