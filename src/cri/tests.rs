@@ -270,3 +270,39 @@ fn auth_config_debug_hides_secrets() {
         assert!(!shown.contains(secret), "{secret} leaked in {shown}");
     }
 }
+
+/// Talks to a real runtime when `KUBELET_RS_CRI_TEST_ENDPOINT` names one,
+/// e.g. a throw-away containerd on a temp socket. Read-only calls only.
+#[tokio::test]
+#[ignore = "needs a running CRI runtime"]
+async fn real_runtime_read_only_calls() {
+    let Ok(endpoint) = std::env::var("KUBELET_RS_CRI_TEST_ENDPOINT") else {
+        eprintln!("KUBELET_RS_CRI_TEST_ENDPOINT not set; skipping");
+        return;
+    };
+    let client = RuntimeClient::connect(&endpoint, "", Duration::from_secs(10))
+        .await
+        .expect("connect");
+    let v = client.version().await.expect("Version");
+    println!("Version: {v:?}");
+    assert_eq!(v.runtime_api_version, "v1");
+    let s = client.status(false).await.expect("Status");
+    println!("Status: {:?}", s.status);
+    let images = client.list_images().await.expect("ListImages");
+    println!("ListImages: {} images", images.len());
+    let fs = client.image_fs_info().await.expect("ImageFsInfo");
+    println!("ImageFsInfo: {fs:?}");
+    let pods = client.list_pod_sandbox(None).await.expect("ListPodSandbox");
+    let ctrs = client.list_containers(None).await.expect("ListContainers");
+    println!("sandboxes: {}, containers: {}", pods.len(), ctrs.len());
+    let missing = client
+        .image_status("kubelet-rs.invalid/none:0")
+        .await
+        .expect("ImageStatus");
+    assert!(missing.is_none());
+    let err = client
+        .container_status("does-not-exist")
+        .await
+        .expect_err("absent");
+    assert!(err.is_not_found(), "{err}");
+}
