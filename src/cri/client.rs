@@ -1,0 +1,486 @@
+//! The kubelet's CRI client: one typed method per RPC the kubelet uses, each
+//! bounded by a deadline and traced.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hyper_util::rt::TokioIo;
+use tonic::transport::{Channel, Endpoint, Uri};
+use tracing::Instrument;
+
+use super::api;
+use super::api::image_service_client::ImageServiceClient;
+use super::api::runtime_service_client::RuntimeServiceClient;
+use super::{CriError, parse_endpoint};
+
+/// Largest gRPC message accepted or sent, matching the upstream kubelet
+/// (big ListContainers / ExecSync answers exceed tonic's 4 MiB default).
+pub const MAX_MESSAGE_SIZE: usize = 16 * 1024 * 1024;
+
+/// Client for the runtime's RuntimeService and ImageService. Cheap to clone;
+/// clones share the underlying connections.
+#[derive(Clone)]
+pub struct RuntimeClient {
+    runtime: RuntimeServiceClient<Channel>,
+    image: ImageServiceClient<Channel>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for RuntimeClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeClient")
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Opens a gRPC channel to a unix socket, waiting at most `timeout` for the
+/// connection (socket connect plus HTTP/2 handshake).
+async fn connect_channel(endpoint: &str, timeout: Duration) -> Result<Channel, CriError> {
+    let path: Arc<PathBuf> = Arc::new(parse_endpoint(endpoint)?);
+    // The URI is a placeholder: the connector below ignores it and dials the
+    // socket, but tonic needs a syntactically valid HTTP authority.
+    let ep = Endpoint::from_static("http://[::]:50051").connect_timeout(timeout);
+    let connector = tower::service_fn(move |_: Uri| {
+        let path = Arc::clone(&path);
+        async move {
+            let stream = tokio::net::UnixStream::connect(path.as_path()).await?;
+            Ok::<_, std::io::Error>(TokioIo::new(stream))
+        }
+    });
+    match tokio::time::timeout(timeout, ep.connect_with_connector(connector)).await {
+        Ok(Ok(channel)) => Ok(channel),
+        Ok(Err(source)) => Err(CriError::Connect {
+            endpoint: endpoint.to_string(),
+            source,
+        }),
+        Err(_) => Err(CriError::Timeout {
+            op: "Connect",
+            after: timeout,
+        }),
+    }
+}
+
+/// Runs one unary call under `deadline`, inside a debug span naming the op.
+///
+/// The deadline is enforced here rather than with a `grpc-timeout` header so
+/// that expiry always surfaces as [`CriError::Timeout`]; dropping the call
+/// future resets the HTTP/2 stream, which cancels the work on the runtime side.
+async fn call<T, F>(op: &'static str, deadline: Duration, fut: F) -> Result<T, CriError>
+where
+    F: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+{
+    let span = tracing::debug_span!("cri", op);
+    async move {
+        let started = Instant::now();
+        let result = match tokio::time::timeout(deadline, fut).await {
+            Ok(Ok(resp)) => Ok(resp.into_inner()),
+            Ok(Err(status)) => Err(CriError::Status { op, status }),
+            Err(_) => Err(CriError::Timeout {
+                op,
+                after: deadline,
+            }),
+        };
+        let elapsed = started.elapsed();
+        match &result {
+            Ok(_) => tracing::debug!(?elapsed, "CRI call succeeded"),
+            Err(err) => tracing::debug!(?elapsed, error = %err, "CRI call failed"),
+        }
+        result
+    }
+    .instrument(span)
+    .await
+}
+
+fn invalid(op: &'static str, reason: impl Into<String>) -> CriError {
+    CriError::InvalidResponse {
+        op,
+        reason: reason.into(),
+    }
+}
+
+/// Whole seconds for a CRI `timeout` field; a sub-second remainder rounds up
+/// so that a short non-zero timeout never turns into 0 ("no timeout").
+fn whole_secs(d: Duration) -> i64 {
+    let secs = d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0));
+    i64::try_from(secs).unwrap_or(i64::MAX)
+}
+
+fn image_spec(image: &str) -> Option<api::ImageSpec> {
+    Some(api::ImageSpec {
+        image: image.to_string(),
+        ..Default::default()
+    })
+}
+
+impl RuntimeClient {
+    /// Connects to the runtime (and image) service. Endpoints look like
+    /// `unix:///run/containerd/containerd.sock` or are a bare socket path; an
+    /// empty `image_endpoint` means the runtime endpoint serves images too.
+    /// `timeout` bounds connecting and, later, every ordinary call.
+    pub async fn connect(
+        runtime_endpoint: &str,
+        image_endpoint: &str,
+        timeout: Duration,
+    ) -> Result<Self, CriError> {
+        let runtime_channel = connect_channel(runtime_endpoint, timeout).await?;
+        let image_endpoint = image_endpoint.trim();
+        let image_channel =
+            if image_endpoint.is_empty() || image_endpoint == runtime_endpoint.trim() {
+                runtime_channel.clone()
+            } else {
+                connect_channel(image_endpoint, timeout).await?
+            };
+        tracing::info!(
+            runtime_endpoint,
+            image_endpoint,
+            ?timeout,
+            "connected to CRI runtime"
+        );
+        Ok(Self::from_channels(runtime_channel, image_channel, timeout))
+    }
+
+    /// Builds a client on already established channels (tests, custom
+    /// transports).
+    pub fn from_channels(runtime: Channel, image: Channel, timeout: Duration) -> Self {
+        Self {
+            runtime: RuntimeServiceClient::new(runtime)
+                .max_decoding_message_size(MAX_MESSAGE_SIZE)
+                .max_encoding_message_size(MAX_MESSAGE_SIZE),
+            image: ImageServiceClient::new(image)
+                .max_decoding_message_size(MAX_MESSAGE_SIZE)
+                .max_encoding_message_size(MAX_MESSAGE_SIZE),
+            timeout,
+        }
+    }
+
+    /// The per-call deadline (the kubelet's runtimeRequestTimeout).
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The raw generated RuntimeService client, for RPCs without a wrapper
+    /// here (streaming calls such as GetContainerEvents). Callers must apply
+    /// their own deadline or cancellation.
+    pub fn raw_runtime(&self) -> RuntimeServiceClient<Channel> {
+        self.runtime.clone()
+    }
+
+    /// The raw generated ImageService client; see [`Self::raw_runtime`].
+    pub fn raw_image(&self) -> ImageServiceClient<Channel> {
+        self.image.clone()
+    }
+
+    pub async fn version(&self) -> Result<api::VersionResponse, CriError> {
+        let mut c = self.runtime.clone();
+        // The kubelet announces the API version it speaks.
+        let req = api::VersionRequest {
+            version: "v1".to_string(),
+        };
+        call("Version", self.timeout, c.version(req)).await
+    }
+
+    pub async fn status(&self, verbose: bool) -> Result<api::StatusResponse, CriError> {
+        const OP: &str = "Status";
+        let mut c = self.runtime.clone();
+        let resp = call(OP, self.timeout, c.status(api::StatusRequest { verbose })).await?;
+        if resp.status.is_none() {
+            return Err(invalid(OP, "runtime status is missing"));
+        }
+        Ok(resp)
+    }
+
+    /// Returns the new sandbox's id.
+    pub async fn run_pod_sandbox(
+        &self,
+        config: api::PodSandboxConfig,
+        runtime_handler: &str,
+    ) -> Result<String, CriError> {
+        const OP: &str = "RunPodSandbox";
+        let mut c = self.runtime.clone();
+        let req = api::RunPodSandboxRequest {
+            config: Some(config),
+            runtime_handler: runtime_handler.to_string(),
+        };
+        let resp = call(OP, self.timeout, c.run_pod_sandbox(req)).await?;
+        if resp.pod_sandbox_id.is_empty() {
+            return Err(invalid(OP, "empty pod sandbox id"));
+        }
+        Ok(resp.pod_sandbox_id)
+    }
+
+    pub async fn stop_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
+        let mut c = self.runtime.clone();
+        let req = api::StopPodSandboxRequest {
+            pod_sandbox_id: id.to_string(),
+        };
+        call("StopPodSandbox", self.timeout, c.stop_pod_sandbox(req)).await?;
+        Ok(())
+    }
+
+    pub async fn remove_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
+        let mut c = self.runtime.clone();
+        let req = api::RemovePodSandboxRequest {
+            pod_sandbox_id: id.to_string(),
+        };
+        call("RemovePodSandbox", self.timeout, c.remove_pod_sandbox(req)).await?;
+        Ok(())
+    }
+
+    pub async fn pod_sandbox_status(&self, id: &str) -> Result<api::PodSandboxStatus, CriError> {
+        const OP: &str = "PodSandboxStatus";
+        let mut c = self.runtime.clone();
+        let req = api::PodSandboxStatusRequest {
+            pod_sandbox_id: id.to_string(),
+            verbose: false,
+        };
+        let resp = call(OP, self.timeout, c.pod_sandbox_status(req)).await?;
+        let status = resp
+            .status
+            .ok_or_else(|| invalid(OP, "sandbox status is missing"))?;
+        if status.id.is_empty() {
+            return Err(invalid(OP, "sandbox id is not set"));
+        }
+        if status.metadata.is_none() {
+            return Err(invalid(OP, "sandbox metadata is not set"));
+        }
+        Ok(status)
+    }
+
+    pub async fn list_pod_sandbox(
+        &self,
+        filter: Option<api::PodSandboxFilter>,
+    ) -> Result<Vec<api::PodSandbox>, CriError> {
+        let mut c = self.runtime.clone();
+        let req = api::ListPodSandboxRequest { filter };
+        Ok(
+            call("ListPodSandbox", self.timeout, c.list_pod_sandbox(req))
+                .await?
+                .items,
+        )
+    }
+
+    /// Returns the new container's id.
+    pub async fn create_container(
+        &self,
+        pod_sandbox_id: &str,
+        config: api::ContainerConfig,
+        sandbox_config: api::PodSandboxConfig,
+    ) -> Result<String, CriError> {
+        const OP: &str = "CreateContainer";
+        let mut c = self.runtime.clone();
+        let req = api::CreateContainerRequest {
+            pod_sandbox_id: pod_sandbox_id.to_string(),
+            config: Some(config),
+            sandbox_config: Some(sandbox_config),
+        };
+        let resp = call(OP, self.timeout, c.create_container(req)).await?;
+        if resp.container_id.is_empty() {
+            return Err(invalid(OP, "empty container id"));
+        }
+        Ok(resp.container_id)
+    }
+
+    pub async fn start_container(&self, id: &str) -> Result<(), CriError> {
+        let mut c = self.runtime.clone();
+        let req = api::StartContainerRequest {
+            container_id: id.to_string(),
+        };
+        call("StartContainer", self.timeout, c.start_container(req)).await?;
+        Ok(())
+    }
+
+    /// `grace_secs` is passed to the runtime; the call's own deadline is the
+    /// grace period plus the client timeout, so the runtime has time to kill.
+    pub async fn stop_container(&self, id: &str, grace_secs: i64) -> Result<(), CriError> {
+        let mut c = self.runtime.clone();
+        let grace = Duration::from_secs(u64::try_from(grace_secs).unwrap_or(0));
+        let req = api::StopContainerRequest {
+            container_id: id.to_string(),
+            timeout: grace_secs,
+        };
+        call(
+            "StopContainer",
+            self.timeout.saturating_add(grace),
+            c.stop_container(req),
+        )
+        .await?;
+        Ok(())
+    }
+
+    pub async fn remove_container(&self, id: &str) -> Result<(), CriError> {
+        let mut c = self.runtime.clone();
+        let req = api::RemoveContainerRequest {
+            container_id: id.to_string(),
+        };
+        call("RemoveContainer", self.timeout, c.remove_container(req)).await?;
+        Ok(())
+    }
+
+    pub async fn list_containers(
+        &self,
+        filter: Option<api::ContainerFilter>,
+    ) -> Result<Vec<api::Container>, CriError> {
+        let mut c = self.runtime.clone();
+        let req = api::ListContainersRequest { filter };
+        Ok(call("ListContainers", self.timeout, c.list_containers(req))
+            .await?
+            .containers)
+    }
+
+    pub async fn container_status(&self, id: &str) -> Result<api::ContainerStatus, CriError> {
+        const OP: &str = "ContainerStatus";
+        let mut c = self.runtime.clone();
+        let req = api::ContainerStatusRequest {
+            container_id: id.to_string(),
+            verbose: false,
+        };
+        let resp = call(OP, self.timeout, c.container_status(req)).await?;
+        let status = resp
+            .status
+            .ok_or_else(|| invalid(OP, "container status is missing"))?;
+        if status.id.is_empty() {
+            return Err(invalid(OP, "container id is not set"));
+        }
+        if status.metadata.is_none() {
+            return Err(invalid(OP, "container metadata is not set"));
+        }
+        Ok(status)
+    }
+
+    /// Runs `cmd` in the container. `timeout` goes to the runtime (rounded up
+    /// to whole seconds); the call's deadline is `timeout` plus the client
+    /// timeout. A zero `timeout` asks the runtime for no limit, but the call is
+    /// still bounded by the client timeout.
+    pub async fn exec_sync(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+        timeout: Duration,
+    ) -> Result<api::ExecSyncResponse, CriError> {
+        let mut c = self.runtime.clone();
+        let req = api::ExecSyncRequest {
+            container_id: id.to_string(),
+            cmd,
+            timeout: whole_secs(timeout),
+        };
+        call(
+            "ExecSync",
+            self.timeout.saturating_add(timeout),
+            c.exec_sync(req),
+        )
+        .await
+    }
+
+    pub async fn reopen_container_log(&self, id: &str) -> Result<(), CriError> {
+        let mut c = self.runtime.clone();
+        let req = api::ReopenContainerLogRequest {
+            container_id: id.to_string(),
+        };
+        call(
+            "ReopenContainerLog",
+            self.timeout,
+            c.reopen_container_log(req),
+        )
+        .await?;
+        Ok(())
+    }
+
+    pub async fn list_container_stats(
+        &self,
+        filter: Option<api::ContainerStatsFilter>,
+    ) -> Result<Vec<api::ContainerStats>, CriError> {
+        let mut c = self.runtime.clone();
+        let req = api::ListContainerStatsRequest { filter };
+        Ok(call(
+            "ListContainerStats",
+            self.timeout,
+            c.list_container_stats(req),
+        )
+        .await?
+        .stats)
+    }
+
+    pub async fn list_images(&self) -> Result<Vec<api::Image>, CriError> {
+        let mut c = self.image.clone();
+        let req = api::ListImagesRequest { filter: None };
+        Ok(call("ListImages", self.timeout, c.list_images(req))
+            .await?
+            .images)
+    }
+
+    /// `None` when the runtime does not have the image.
+    pub async fn image_status(&self, image: &str) -> Result<Option<api::Image>, CriError> {
+        const OP: &str = "ImageStatus";
+        let mut c = self.image.clone();
+        let req = api::ImageStatusRequest {
+            image: image_spec(image),
+            verbose: false,
+        };
+        let resp = call(OP, self.timeout, c.image_status(req)).await?;
+        match resp.image {
+            Some(img) if img.id.is_empty() => {
+                Err(invalid(OP, format!("id of image {image:?} is not set")))
+            }
+            other => Ok(other),
+        }
+    }
+
+    /// Pulls `image` and returns the runtime's reference to it. Pulls have
+    /// their own `deadline` because large images legitimately take minutes.
+    pub async fn pull_image(
+        &self,
+        image: &str,
+        auth: Option<api::AuthConfig>,
+        sandbox_config: Option<api::PodSandboxConfig>,
+        deadline: Duration,
+    ) -> Result<String, CriError> {
+        const OP: &str = "PullImage";
+        let mut c = self.image.clone();
+        let req = api::PullImageRequest {
+            image: image_spec(image),
+            auth,
+            sandbox_config,
+        };
+        let resp = call(OP, deadline, c.pull_image(req)).await?;
+        if resp.image_ref.is_empty() {
+            return Err(invalid(OP, format!("image ref of {image:?} is not set")));
+        }
+        Ok(resp.image_ref)
+    }
+
+    pub async fn remove_image(&self, image: &str) -> Result<(), CriError> {
+        let mut c = self.image.clone();
+        let req = api::RemoveImageRequest {
+            image: image_spec(image),
+        };
+        call("RemoveImage", self.timeout, c.remove_image(req)).await?;
+        Ok(())
+    }
+
+    pub async fn image_fs_info(&self) -> Result<api::ImageFsInfoResponse, CriError> {
+        let mut c = self.image.clone();
+        call(
+            "ImageFsInfo",
+            self.timeout,
+            c.image_fs_info(api::ImageFsInfoRequest {}),
+        )
+        .await
+    }
+}
+
+#[cfg(test)]
+mod unit_tests {
+    use super::*;
+
+    #[test]
+    fn whole_secs_rounds_up_fractions() {
+        assert_eq!(whole_secs(Duration::ZERO), 0);
+        assert_eq!(whole_secs(Duration::from_millis(1)), 1);
+        assert_eq!(whole_secs(Duration::from_secs(5)), 5);
+        assert_eq!(whole_secs(Duration::from_millis(5_500)), 6);
+        assert_eq!(whole_secs(Duration::MAX), i64::MAX);
+    }
+}
