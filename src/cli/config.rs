@@ -275,8 +275,7 @@ pub struct KubeletConfiguration {
     pub kernel_memcg_notification: bool,
     pub logging: LoggingConfiguration,
     pub enable_system_log_handler: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub enable_system_log_query: Option<bool>,
+    pub enable_system_log_query: bool,
     pub shutdown_grace_period: GoDuration,
     pub shutdown_grace_period_critical_pods: GoDuration,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -610,7 +609,7 @@ impl Default for KubeletConfiguration {
             kernel_memcg_notification: false,
             logging: LoggingConfiguration::default(),
             enable_system_log_handler: true,
-            enable_system_log_query: None,
+            enable_system_log_query: false,
             shutdown_grace_period: GoDuration::ZERO,
             shutdown_grace_period_critical_pods: GoDuration::ZERO,
             shutdown_grace_period_by_pod_priority: Vec::new(),
@@ -1222,6 +1221,90 @@ mod tests {
         assert!(c.enforce_node_allocatable.is_empty());
         assert_eq!(c.node_status_report_frequency, GoDuration::from_secs(20));
         assert_eq!(c.feature_gates.get("Foo"), Some(&true));
+    }
+
+    /// The shape `kubeadm init` writes to /var/lib/kubelet/config.yaml.
+    #[test]
+    fn kubeadm_generated_config() {
+        let yaml = "apiVersion: kubelet.config.k8s.io/v1beta1
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    cacheTTL: 0s
+    enabled: true
+  x509:
+    clientCAFile: /etc/kubernetes/pki/ca.crt
+authorization:
+  mode: Webhook
+  webhook:
+    cacheAuthorizedTTL: 0s
+    cacheUnauthorizedTTL: 0s
+cgroupDriver: systemd
+clusterDNS:
+- 10.96.0.10
+clusterDomain: cluster.local
+containerRuntimeEndpoint: \"\"
+cpuManagerReconcilePeriod: 0s
+crashLoopBackOff: {}
+evictionPressureTransitionPeriod: 0s
+fileCheckFrequency: 0s
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+httpCheckFrequency: 0s
+imageMaximumGCAge: 0s
+imageMinimumGCAge: 0s
+kind: KubeletConfiguration
+logging:
+  flushFrequency: 0
+  options:
+    json:
+      infoBufferSize: \"0\"
+    text:
+      infoBufferSize: \"0\"
+  verbosity: 0
+memorySwap: {}
+nodeStatusReportFrequency: 0s
+nodeStatusUpdateFrequency: 0s
+rotateCertificates: true
+runtimeRequestTimeout: 0s
+shutdownGracePeriod: 0s
+shutdownGracePeriodCriticalPods: 0s
+staticPodPath: /etc/kubernetes/manifests
+streamingConnectionIdleTimeout: 0s
+syncFrequency: 0s
+volumeStatsAggPeriod: 0s
+";
+        let loaded = decode_ok(yaml);
+        assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+        let c = loaded.config;
+        assert_eq!(c.cgroup_driver, "systemd");
+        assert_eq!(
+            c.authentication.x509.client_ca_file,
+            "/etc/kubernetes/pki/ca.crt"
+        );
+        assert_eq!(
+            c.authentication.webhook.cache_ttl,
+            GoDuration::from_secs(120)
+        );
+        assert_eq!(
+            c.authorization.webhook.cache_unauthorized_ttl,
+            GoDuration::from_secs(30)
+        );
+        assert_eq!(
+            c.container_runtime_endpoint,
+            DEFAULT_CONTAINER_RUNTIME_ENDPOINT
+        );
+        assert_eq!(c.sync_frequency, GoDuration::from_secs(60));
+        assert_eq!(c.node_status_report_frequency, GoDuration::from_secs(300));
+        assert!(c.rotate_certificates);
+        assert_eq!(c.static_pod_path, "/etc/kubernetes/manifests");
+        let v = c.to_configz_json();
+        assert_eq!(v["logging"]["flushFrequency"], "5s");
+        assert_eq!(v["enableSystemLogQuery"], false);
+        assert_eq!(v["crashLoopBackOff"], serde_json::json!({}));
+        assert_eq!(v["imageMaximumGCAge"], "0s");
+        assert!(super::super::validate::validate_config(&c).is_empty());
     }
 
     #[test]

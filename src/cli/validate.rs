@@ -376,7 +376,7 @@ pub fn validate_config(kc: &KubeletConfiguration) -> Vec<String> {
     if kc.container_runtime_endpoint.is_empty() {
         bad("the containerRuntimeEndpoint was not specified or empty".into());
     }
-    if kc.enable_system_log_query == Some(true) {
+    if kc.enable_system_log_query {
         if !gate("NodeLogQuery") {
             bad("NodeLogQuery feature gate is required for enableSystemLogQuery".into());
         }
