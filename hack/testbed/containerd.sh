@@ -12,7 +12,7 @@
 #           CONTAINER_RUNTIME_ENDPOINT and a few more
 #   purge   stop, then delete its state and root (images included)
 #
-# start also puts the node's network guards in place (see /work/shared/TESTBED.md): a blackhole
+# start also puts the node's network guards in place (the test bed's network rules): a blackhole
 # route for the service CIDR and an iptables FORWARD rule that drops pod traffic leaving the
 # instance's pod subnet. Registries are pinned to a closed local port, so a pull of an image
 # that was not imported fails at once without leaving the machine.
@@ -57,8 +57,22 @@ print_env() {
 	printf 'export IMAGE_SERVICE_ENDPOINT=%q\n' "$endpoint"
 }
 
-write_config() {
-	cat >"$KRS_I_CONFIG.tmp" <<EOF
+# write_file PATH < CONTENT: replaces PATH atomically, and only when the content changed,
+# because containerd watches the CNI folder and reloads (or fails on a half-written file).
+write_file() {
+	local path="$1" tmp
+	tmp="$(dirname "$path")/.$(basename "$path").tmp"
+	cat >"$tmp"
+	if cmp -s "$tmp" "$path"; then
+		rm -f "$tmp"
+	else
+		mv -f "$tmp" "$path"
+	fi
+}
+
+# render_config: the daemon's config file on stdout.
+render_config() {
+	cat <<EOF
 # Written by hack/testbed/containerd.sh for instance $KRS_I_NAME; rewritten on every start.
 version = 2
 root = "$KRS_I_ROOT"
@@ -121,14 +135,13 @@ disabled_plugins = [
     [plugins."io.containerd.grpc.v1.cri".registry]
       config_path = "$KRS_I_HOSTS_DIR"
 EOF
-	mv "$KRS_I_CONFIG.tmp" "$KRS_I_CONFIG"
 }
 
 write_cni_config() {
 	mkdir -p "$KRS_I_CNI_CONF_DIR" "$KRS_I_CNI_IPAM_DIR"
 	# Only our file may be there: containerd loads the first conflist it finds.
 	find "$KRS_I_CNI_CONF_DIR" -mindepth 1 -maxdepth 1 ! -name 10-kubelet-rs.conflist -delete
-	cat >"$KRS_I_CNI_CONF_DIR/10-kubelet-rs.conflist" <<EOF
+	write_file "$KRS_I_CNI_CONF_DIR/10-kubelet-rs.conflist" <<EOF
 {
   "cniVersion": "0.4.0",
   "name": "kubelet-rs-$KRS_I_NAME",
@@ -159,7 +172,7 @@ write_hosts_dir() {
 	for registry in "${REGISTRIES[@]}" "${extra[@]}"; do
 		dir="$KRS_I_HOSTS_DIR/$registry"
 		mkdir -p "$dir"
-		cat >"$dir/hosts.toml" <<EOF
+		write_file "$dir/hosts.toml" <<EOF
 # Nothing listens on port 1: pulls of images that were not imported fail at once, locally.
 server = "$CLOSED_PORT_URL"
 
@@ -214,11 +227,18 @@ cmd_start() {
 	krs_require_root
 	local pid
 	if pid="$(krs_running_pid "$KRS_I_PIDFILE" "$KRS_I_CONFIG")"; then
-		krs_log "containerd $KRS_I_NAME already running (pid $pid)"
-		# Cheap and idempotent; puts back a guard that someone removed meanwhile.
-		apply_network_guards
-		print_env
-		return 0
+		# A daemon left from an older checkout must not serve tests with a stale config.
+		if [[ "$(render_config)" == "$(<"$KRS_I_CONFIG")" ]]; then
+			krs_log "containerd $KRS_I_NAME already running (pid $pid)"
+			# Cheap and idempotent; puts back a guard that someone removed meanwhile.
+			apply_network_guards
+			write_cni_config
+			write_hosts_dir
+			print_env
+			return 0
+		fi
+		krs_log "containerd $KRS_I_NAME runs with an outdated config: restarting it"
+		cmd_stop
 	fi
 	command -v containerd >/dev/null || krs_die "containerd missing: run hack/testbed/install.sh"
 	# A socket that answers without our pid file belongs to someone else: leave it alone.
@@ -230,11 +250,15 @@ cmd_start() {
 	mkdir -p "$KRS_I_STATE" "$KRS_I_ROOT" "$KRS_I_CD_STATE" "$KRS_I_RUNC_ROOT"
 	chmod 0711 "$KRS_I_STATE"
 	check_subnet_free
-	write_config
+	render_config | write_file "$KRS_I_CONFIG"
 	write_cni_config
 	write_hosts_dir
 	apply_network_guards
 
+	# /run is memory: keep one previous log, not every run's.
+	if [[ -f "$KRS_I_LOG" ]] && (($(stat -c %s "$KRS_I_LOG") > 10 * 1024 * 1024)); then
+		mv -f "$KRS_I_LOG" "$KRS_I_LOG.1"
+	fi
 	krs_log "starting containerd $KRS_I_NAME (log $KRS_I_LOG)"
 	# setsid: a Ctrl-C aimed at the calling script must not kill the daemon behind its back.
 	setsid containerd --config "$KRS_I_CONFIG" </dev/null >>"$KRS_I_LOG" 2>&1 &

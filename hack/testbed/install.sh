@@ -2,8 +2,9 @@
 # Usage: hack/testbed/install.sh
 #
 # Installs the Debian packages the test bed runs on (containerd, runc, CNI plugins, a static
-# busybox for the test images, iproute2, iptables, python3). Does nothing, quickly, when all of
-# them are there already; otherwise runs apt-get update once and installs what is missing.
+# busybox for the test images, iproute2, iptables, python3, libc6-dev). Does nothing, quickly,
+# when all of them are there already; otherwise runs apt-get update once and installs what is
+# missing.
 set -euo pipefail
 
 # shellcheck source=hack/testbed/lib.sh
@@ -11,7 +12,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 usage() { echo "usage: $0" >&2; }
 
-# package:command pairs; the command is what the bed actually calls.
+# package:command pairs; the command (or an absolute path to a file) is what the bed uses.
 REQUIRED=(
 	containerd:containerd
 	runc:runc
@@ -20,6 +21,8 @@ REQUIRED=(
 	iproute2:ip
 	iptables:iptables
 	python3:python3
+	# libc.a: the pause binary is linked statically.
+	libc6-dev:/usr/include/stdio.h
 )
 
 installed() {
@@ -27,7 +30,7 @@ installed() {
 	status="$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)"
 	[[ "$status" == "install ok installed" ]] || return 1
 	if [[ "$cmd" == /* ]]; then
-		[[ -x "$cmd" ]]
+		[[ -e "$cmd" ]]
 	else
 		command -v "$cmd" >/dev/null
 	fi
