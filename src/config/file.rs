@@ -31,6 +31,8 @@ use super::{
 
 /// Bursts of inotify events (an editor save, `cp -r` of many manifests) become one relist.
 const DEBOUNCE: Duration = Duration::from_millis(100);
+/// A folder that never goes quiet is still relisted this often.
+const MAX_SETTLE: Duration = Duration::from_secs(1);
 /// Beyond this many distinct changed paths we simply re-read everything.
 const MAX_DIRTY_PATHS: usize = 4096;
 /// Manifests are small; refuse to load anything that is clearly not one.
@@ -579,9 +581,8 @@ impl FileSource {
                 _ = cancel.cancelled() => return,
                 _ = ticker.tick() => want_scan = true,
                 _ = sink.wake.notified() => {
-                    tokio::select! {
-                        _ = cancel.cancelled() => return,
-                        _ = tokio::time::sleep(DEBOUNCE) => {}
+                    if !settle(&sink, &cancel).await {
+                        return;
                     }
                     want_scan = true;
                 }
@@ -621,6 +622,20 @@ impl FileSource {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Waits until the folder has been quiet for [`DEBOUNCE`] (at most [`MAX_SETTLE`]), so a file
+/// being written is read once it is complete rather than half-way. False when cancelled.
+async fn settle(sink: &EventSink, cancel: &CancellationToken) -> bool {
+    let deadline = tokio::time::Instant::now() + MAX_SETTLE;
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return false,
+            _ = tokio::time::sleep(DEBOUNCE) => return true,
+            _ = tokio::time::sleep_until(deadline) => return true,
+            _ = sink.wake.notified() => {}
         }
     }
 }
