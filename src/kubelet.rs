@@ -126,10 +126,13 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         endpoint: endpoint.clone(),
         source,
     })?;
-    let version = cri.version().await.map_err(|source| KubeletError::Runtime {
-        endpoint: endpoint.clone(),
-        source,
-    })?;
+    let version = cri
+        .version()
+        .await
+        .map_err(|source| KubeletError::Runtime {
+            endpoint: endpoint.clone(),
+            source,
+        })?;
     info!(
         runtime = %version.runtime_name,
         runtime_version = %version.runtime_version,
@@ -176,7 +179,8 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
     let (source_tx, source_rx) = mpsc::channel(16);
     let (updates_tx, updates_rx) = mpsc::channel(64);
     let mut sources: Vec<&'static str> = Vec::new();
-    if let Some(path) = cfg.static_pod_path.as_ref().filter(|p| !p.is_empty()) {
+    if !cfg.static_pod_path.is_empty() {
+        let path = &cfg.static_pod_path;
         sources.push(config::FILE_SOURCE);
         tasks.spawn(config::file::run_file_source(
             PathBuf::from(path),
@@ -187,12 +191,23 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         ));
     }
     drop(source_tx);
-    let (pod_config, sources_ready) = config::PodConfig::new(&sources);
-    tasks.spawn(config::run_pod_config(pod_config, source_rx, updates_tx, cancel.child_token()));
+    let pod_config = config::PodConfig::new(&sources);
+    let sources_ready = pod_config.ready_watch();
+    tasks.spawn(config::run_pod_config(
+        pod_config,
+        source_rx,
+        updates_tx,
+        cancel.child_token(),
+    ));
 
     let pleg_health = Arc::new(PlegHealth::default());
     let (pleg_tx, pleg_rx) = mpsc::channel(1000);
-    let (pleg, runtime_pods) = Pleg::new(cri.clone(), PLEG_RELIST_PERIOD, pleg_tx, pleg_health.clone());
+    let (pleg, runtime_pods) = Pleg::new(
+        cri.clone(),
+        PLEG_RELIST_PERIOD,
+        pleg_tx,
+        pleg_health.clone(),
+    );
     tasks.spawn(pleg.run(cancel.child_token()));
 
     let sync_health = Arc::new(SyncLoopHealth::default());

@@ -45,13 +45,18 @@ fn run(settings: cli::Settings) -> anyhow::Result<()> {
             wait_for_signal().await;
             on_signal.cancel();
         });
-        kubelet::run(settings, cancel).await.context("failed to run Kubelet")
+        kubelet::run(settings, cancel)
+            .await
+            .context("failed to run Kubelet")
     })
 }
 
 async fn wait_for_signal() {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
         // Without signal handlers the process still dies on SIGTERM by default.
         std::future::pending::<()>().await;
         return;

@@ -57,7 +57,12 @@ fn version_and_help_exit_zero() {
     assert!(out.starts_with("Kubernetes v1."), "{out}");
     let (code, out) = kubelet(&["--help"]);
     assert_eq!(code, 0);
-    for flag in ["--pod-manifest-path", "--container-runtime-endpoint", "--config", "--v"] {
+    for flag in [
+        "--pod-manifest-path",
+        "--container-runtime-endpoint",
+        "--config",
+        "--v",
+    ] {
         assert!(out.contains(flag), "help lacks {flag}");
     }
 }

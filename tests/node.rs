@@ -25,22 +25,40 @@ fn running(pod: &Value, container: &str) -> bool {
 fn pod_runs_and_its_output_lands_in_its_log_file() {
     let _g = serial();
     let mut k = Kubelet::new("logs");
-    k.write_manifest("hello.yaml", &pod_yaml("hello", "Always", 2, "echo hello-from-krs; exec sleep 3600"));
+    k.write_manifest(
+        "hello.yaml",
+        &pod_yaml("hello", "Always", 2, "echo hello-from-krs; exec sleep 3600"),
+    );
     k.start();
     let pod = k.wait_pod("hello", "running", Duration::from_secs(60), |p| {
         phase(p) == "Running" && running(p, "main")
     });
     assert_eq!(pod["metadata"]["namespace"], "default");
-    assert_eq!(pod["metadata"]["annotations"]["kubernetes.io/config.source"], "file");
+    assert_eq!(
+        pod["metadata"]["annotations"]["kubernetes.io/config.source"],
+        "file"
+    );
     assert_eq!(pod["status"]["hostIP"], "127.0.0.1");
-    assert!(pod["status"]["podIP"].as_str().is_some_and(|ip| !ip.is_empty()), "pod IP: {pod}");
+    assert!(
+        pod["status"]["podIP"]
+            .as_str()
+            .is_some_and(|ip| !ip.is_empty()),
+        "pod IP: {pod}"
+    );
     let cs = container_status(&pod, "main");
     assert_eq!(cs["restartCount"], 0);
-    assert!(cs["containerID"].as_str().unwrap().starts_with("containerd://"));
+    assert!(
+        cs["containerID"]
+            .as_str()
+            .unwrap()
+            .starts_with("containerd://")
+    );
 
     let log = log_dir_of(&pod).join("main/0.log");
     let line = wait_for(Duration::from_secs(10), "log line", || {
-        std::fs::read_to_string(&log).ok().filter(|t| t.contains("hello-from-krs"))
+        std::fs::read_to_string(&log)
+            .ok()
+            .filter(|t| t.contains("hello-from-krs"))
     });
     // CRI log format: <RFC3339Nano> <stream> <P|F> <content>
     let first = line.lines().next().unwrap();
@@ -51,23 +69,38 @@ fn pod_runs_and_its_output_lands_in_its_log_file() {
 
     // The pod's cgroup sits under our cgroup root (best-effort QoS).
     let uid = pod["metadata"]["uid"].as_str().unwrap();
-    let v1 = format!("/sys/fs/cgroup/memory{}/kubepods/besteffort/pod{uid}", k.cgroup_root);
-    let v2 = format!("/sys/fs/cgroup{}/kubepods/besteffort/pod{uid}", k.cgroup_root);
-    assert!(std::path::Path::new(&v1).exists() || std::path::Path::new(&v2).exists(), "no pod cgroup at {v1} or {v2}");
+    let v1 = format!(
+        "/sys/fs/cgroup/memory{}/kubepods/besteffort/pod{uid}",
+        k.cgroup_root
+    );
+    let v2 = format!(
+        "/sys/fs/cgroup{}/kubepods/besteffort/pod{uid}",
+        k.cgroup_root
+    );
+    assert!(
+        std::path::Path::new(&v1).exists() || std::path::Path::new(&v2).exists(),
+        "no pod cgroup at {v1} or {v2}"
+    );
 
     let (code, body) = http_get(k.healthz_port, "/healthz?verbose").unwrap();
     assert_eq!(code, 200);
     assert!(body.contains("[+]syncloop ok"), "{body}");
     k.cleanup();
     assert!(!log_dir_of(&pod).exists(), "pod log dir left behind");
-    assert!(!std::path::Path::new(&v1).exists() && !std::path::Path::new(&v2).exists(), "pod cgroup left behind");
+    assert!(
+        !std::path::Path::new(&v1).exists() && !std::path::Path::new(&v2).exists(),
+        "pod cgroup left behind"
+    );
 }
 
 #[test]
 fn crashing_container_restarts_with_growing_backoff() {
     let _g = serial();
     let mut k = Kubelet::new("crash");
-    k.write_manifest("crash.yaml", &pod_yaml("crash", "Always", 1, "echo boom; exit 2"));
+    k.write_manifest(
+        "crash.yaml",
+        &pod_yaml("crash", "Always", 1, "echo boom; exit 2"),
+    );
     k.start();
     // Record when each restartCount is first seen.
     let mut seen: Vec<(i64, Instant)> = Vec::new();
@@ -88,14 +121,28 @@ fn crashing_container_restarts_with_growing_backoff() {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let at = |n: i64| seen.iter().find(|s| s.0 == n).map(|s| s.1).unwrap_or_else(|| {
-        panic!("restartCount {n} never seen: {seen:?}\n{}", tail(&k.log(), 40))
-    });
+    let at = |n: i64| {
+        seen.iter()
+            .find(|s| s.0 == n)
+            .map(|s| s.1)
+            .unwrap_or_else(|| {
+                panic!(
+                    "restartCount {n} never seen: {seen:?}\n{}",
+                    tail(&k.log(), 40)
+                )
+            })
+    };
     let gap1 = at(2) - at(1);
     let gap2 = at(3) - at(2);
     assert!(saw_backoff, "never reported CrashLoopBackOff");
-    assert!(gap1 >= Duration::from_secs(8), "first backoff too short: {gap1:?}");
-    assert!(gap2 >= gap1 + Duration::from_secs(5), "backoff did not grow: {gap1:?} then {gap2:?}");
+    assert!(
+        gap1 >= Duration::from_secs(8),
+        "first backoff too short: {gap1:?}"
+    );
+    assert!(
+        gap2 >= gap1 + Duration::from_secs(5),
+        "backoff did not grow: {gap1:?} then {gap2:?}"
+    );
     k.cleanup();
 }
 
@@ -105,7 +152,9 @@ fn restart_policy_never_leaves_container_exited_with_its_code() {
     let mut k = Kubelet::new("never");
     k.write_manifest("never.yaml", &pod_yaml("never", "Never", 1, "exit 3"));
     k.start();
-    let pod = k.wait_pod("never", "Failed", Duration::from_secs(60), |p| phase(p) == "Failed");
+    let pod = k.wait_pod("never", "Failed", Duration::from_secs(60), |p| {
+        phase(p) == "Failed"
+    });
     let t = &container_status(&pod, "main")["state"]["terminated"];
     assert_eq!(t["exitCode"], 3, "{pod}");
     assert_eq!(t["reason"], "Error");
@@ -145,15 +194,23 @@ spec:
     );
     k.write_manifest("init.json.yaml", &manifest);
     k.start();
-    let pod = k.wait_pod("init", "app running", Duration::from_secs(60), |p| running(p, "app"));
+    let pod = k.wait_pod("init", "app running", Duration::from_secs(60), |p| {
+        running(p, "app")
+    });
     let time = |v: &Value| {
-        jiff::Timestamp::from_str_ts(v.as_str().unwrap_or_else(|| panic!("missing time in {pod}")))
+        jiff::Timestamp::from_str_ts(
+            v.as_str()
+                .unwrap_or_else(|| panic!("missing time in {pod}")),
+        )
     };
     let first = &init_status(&pod, "first")["state"]["terminated"];
     let second = &init_status(&pod, "second")["state"]["terminated"];
     assert_eq!(first["exitCode"], 0);
     assert_eq!(second["exitCode"], 0);
-    assert!(time(&first["finishedAt"]) <= time(&second["startedAt"]), "{pod}");
+    assert!(
+        time(&first["finishedAt"]) <= time(&second["startedAt"]),
+        "{pod}"
+    );
     let app_started = time(&container_status(&pod, "app")["state"]["running"]["startedAt"]);
     assert!(time(&second["finishedAt"]) <= app_started, "{pod}");
     let initialized = pod["status"]["conditions"]
@@ -181,19 +238,39 @@ fn removed_manifest_stops_the_pod_within_its_grace_period() {
     let _g = serial();
     let mut k = Kubelet::new("remove");
     // sh as PID 1 ignores SIGTERM, so only the grace period's SIGKILL ends it.
-    k.write_manifest("stubborn.yaml", &pod_yaml("stubborn", "Always", 3, "trap '' TERM; while true; do sleep 1; done"));
+    k.write_manifest(
+        "stubborn.yaml",
+        &pod_yaml(
+            "stubborn",
+            "Always",
+            3,
+            "trap '' TERM; while true; do sleep 1; done",
+        ),
+    );
     k.start();
-    k.wait_pod("stubborn", "running", Duration::from_secs(60), |p| running(p, "main"));
+    k.wait_pod("stubborn", "running", Duration::from_secs(60), |p| {
+        running(p, "main")
+    });
     let before = running_tasks().len();
-    assert!(before >= 2, "expected sandbox and container tasks, saw {before}");
+    assert!(
+        before >= 2,
+        "expected sandbox and container tasks, saw {before}"
+    );
     let t0 = Instant::now();
     k.remove_manifest("stubborn.yaml");
-    wait_for(Duration::from_secs(20), "pod gone from the runtime", || (runtime_pod_count() == 0).then_some(()));
+    wait_for(Duration::from_secs(20), "pod gone from the runtime", || {
+        (runtime_pod_count() == 0).then_some(())
+    });
     let took = t0.elapsed();
-    assert!(took >= Duration::from_secs(2), "grace period not honoured: gone after {took:?}");
+    assert!(
+        took >= Duration::from_secs(2),
+        "grace period not honoured: gone after {took:?}"
+    );
     // Grace (3 s) + the file watcher's delay + teardown.
     assert!(took <= Duration::from_secs(3 + 5), "teardown took {took:?}");
-    wait_for(Duration::from_secs(5), "pod gone from /pods", || k.pod("stubborn").is_none().then_some(()));
+    wait_for(Duration::from_secs(5), "pod gone from /pods", || {
+        k.pod("stubborn").is_none().then_some(())
+    });
     k.cleanup();
 }
 
@@ -201,16 +278,30 @@ fn removed_manifest_stops_the_pod_within_its_grace_period() {
 fn kubelet_restart_leaves_running_containers_untouched() {
     let _g = serial();
     let mut k = Kubelet::new("restart");
-    k.write_manifest("steady.yaml", &pod_yaml("steady", "Always", 1, "exec sleep 3600"));
+    k.write_manifest(
+        "steady.yaml",
+        &pod_yaml("steady", "Always", 1, "exec sleep 3600"),
+    );
     k.start();
-    let pod = k.wait_pod("steady", "running", Duration::from_secs(60), |p| running(p, "main"));
+    let pod = k.wait_pod("steady", "running", Duration::from_secs(60), |p| {
+        running(p, "main")
+    });
     let id = container_status(&pod, "main")["containerID"].clone();
     let started = container_status(&pod, "main")["state"]["running"]["startedAt"].clone();
     let tasks_before = running_tasks();
     k.stop();
-    assert_eq!(running_tasks(), tasks_before, "stopping the kubelet touched containers");
+    assert_eq!(
+        running_tasks(),
+        tasks_before,
+        "stopping the kubelet touched containers"
+    );
     k.start();
-    let pod = k.wait_pod("steady", "running after restart", Duration::from_secs(30), |p| running(p, "main"));
+    let pod = k.wait_pod(
+        "steady",
+        "running after restart",
+        Duration::from_secs(30),
+        |p| running(p, "main"),
+    );
     std::thread::sleep(Duration::from_secs(3));
     let pod2 = k.pod("steady").unwrap_or(pod);
     let cs = container_status(&pod2, "main");
@@ -225,22 +316,38 @@ fn kubelet_restart_leaves_running_containers_untouched() {
 fn malformed_manifest_is_reported_and_other_pods_keep_running() {
     let _g = serial();
     let mut k = Kubelet::new("malformed");
-    k.write_manifest("good.yaml", &pod_yaml("good", "Always", 1, "exec sleep 3600"));
-    k.write_manifest("broken.yaml", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: broken\nspec:\n  containers:\n  - name: c\n");
+    k.write_manifest(
+        "good.yaml",
+        &pod_yaml("good", "Always", 1, "exec sleep 3600"),
+    );
+    k.write_manifest(
+        "broken.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: broken\nspec:\n  containers:\n  - name: c\n",
+    );
     k.write_manifest("garbage.yaml", "this: [is not: a pod");
     k.start();
-    k.wait_pod("good", "running", Duration::from_secs(60), |p| running(p, "main"));
+    k.wait_pod("good", "running", Duration::from_secs(60), |p| {
+        running(p, "main")
+    });
     wait_for(Duration::from_secs(10), "errors naming the files", || {
         let log = k.log();
         (log.contains("broken.yaml") && log.contains("garbage.yaml")).then_some(())
     });
     let log = k.log();
     let broken_line = log.lines().find(|l| l.contains("broken.yaml")).unwrap();
-    assert!(broken_line.contains("image"), "error does not name the field: {broken_line}");
+    assert!(
+        broken_line.contains("image"),
+        "error does not name the field: {broken_line}"
+    );
     assert!(k.pod("broken").is_none());
     // A later good manifest is still picked up.
-    k.write_manifest("late.yaml", &pod_yaml("late", "Always", 1, "exec sleep 3600"));
-    k.wait_pod("late", "running", Duration::from_secs(60), |p| running(p, "main"));
+    k.write_manifest(
+        "late.yaml",
+        &pod_yaml("late", "Always", 1, "exec sleep 3600"),
+    );
+    k.wait_pod("late", "running", Duration::from_secs(60), |p| {
+        running(p, "main")
+    });
     assert!(running(&k.pod("good").unwrap(), "main"));
     k.cleanup();
 }

@@ -57,9 +57,12 @@ struct PodFingerprint {
     pod: Option<RuntimePod>,
 }
 
-fn group(sandboxes: &[api::PodSandbox], containers: &[api::Container]) -> HashMap<String, (u64, RuntimePod)> {
+fn group(
+    sandboxes: &[api::PodSandbox],
+    containers: &[api::Container],
+) -> HashMap<String, (u64, RuntimePod)> {
     let mut pods: HashMap<String, PodFingerprint> = HashMap::new();
-    let mut ident = |labels_map: &HashMap<String, String>| -> Option<(String, String, String)> {
+    let ident = |labels_map: &HashMap<String, String>| -> Option<(String, String, String)> {
         let uid = labels_map.get(labels::POD_UID)?.clone();
         let get = |k: &str| labels_map.get(k).cloned().unwrap_or_default();
         Some((uid, get(labels::POD_NAME), get(labels::POD_NAMESPACE)))
@@ -67,7 +70,9 @@ fn group(sandboxes: &[api::PodSandbox], containers: &[api::Container]) -> HashMa
     let mut sorted_sb: Vec<&api::PodSandbox> = sandboxes.iter().collect();
     sorted_sb.sort_by(|a, b| a.id.cmp(&b.id));
     for sb in sorted_sb {
-        let Some((uid, name, namespace)) = ident(&sb.labels) else { continue };
+        let Some((uid, name, namespace)) = ident(&sb.labels) else {
+            continue;
+        };
         let fp = pods.entry(uid.clone()).or_default();
         (&sb.id, sb.state).hash(&mut fp.hasher);
         fp.pod.get_or_insert(RuntimePod {
@@ -80,7 +85,9 @@ fn group(sandboxes: &[api::PodSandbox], containers: &[api::Container]) -> HashMa
     let mut sorted_c: Vec<&api::Container> = containers.iter().collect();
     sorted_c.sort_by(|a, b| a.id.cmp(&b.id));
     for c in sorted_c {
-        let Some((uid, name, namespace)) = ident(&c.labels) else { continue };
+        let Some((uid, name, namespace)) = ident(&c.labels) else {
+            continue;
+        };
         let fp = pods.entry(uid.clone()).or_default();
         (&c.id, c.state).hash(&mut fp.hasher);
         let pod = fp.pod.get_or_insert(RuntimePod {
@@ -167,7 +174,10 @@ impl Pleg {
                     .collect();
                 self.pods.send_replace(Arc::new(snapshot));
             }
-            last = grouped.into_iter().map(|(uid, (fp, _))| (uid, fp)).collect();
+            last = grouped
+                .into_iter()
+                .map(|(uid, (fp, _))| (uid, fp))
+                .collect();
             self.health.mark();
             debug!(changed = changed_uids.len(), took = ?started.elapsed(), "PLEG relist");
             for uid in changed_uids {

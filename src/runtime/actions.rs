@@ -95,7 +95,10 @@ fn init_containers(pod: &Pod) -> &[Container] {
 }
 
 fn containers(pod: &Pod) -> &[Container] {
-    pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or(&[])
+    pod.spec
+        .as_ref()
+        .map(|s| s.containers.as_slice())
+        .unwrap_or(&[])
 }
 
 fn next_restart_count(observed: &ObservedPod, name: &str) -> u32 {
@@ -143,10 +146,7 @@ pub fn compute_pod_actions(
         actions.sandbox_attempt = newest.map(|s| s.attempt + 1).unwrap_or(0);
         actions.kill_pod = !observed.is_empty();
         // A Never pod whose sandbox went away after it ran is finished, not restarted.
-        if policy == RestartPolicy::Never
-            && newest.is_some()
-            && !observed.containers.is_empty()
-        {
+        if policy == RestartPolicy::Never && newest.is_some() && !observed.containers.is_empty() {
             actions.create_sandbox = false;
             actions.pod_finished = true;
             return actions;
@@ -378,7 +378,10 @@ mod tests {
         assert!(a.create_sandbox && !a.kill_pod);
         assert_eq!(a.sandbox_attempt, 0);
         assert_eq!(a.start.len(), 1);
-        assert_eq!((a.start[0].kind, a.start[0].index), (ContainerKind::Init, 0));
+        assert_eq!(
+            (a.start[0].kind, a.start[0].index),
+            (ContainerKind::Init, 0)
+        );
     }
 
     #[test]
@@ -388,9 +391,13 @@ mod tests {
             uid: "uid1".into(),
             sandboxes: vec![sandbox(true, 0)],
             containers: vec![exited("i1", 0, 0, now())],
+            ..Default::default()
         };
         let a = compute_pod_actions(&p, &obs, &Backoff::default(), now());
-        assert_eq!((a.start[0].kind, a.start[0].index), (ContainerKind::Init, 1));
+        assert_eq!(
+            (a.start[0].kind, a.start[0].index),
+            (ContainerKind::Init, 1)
+        );
         obs.containers.push(running("i2", 0));
         let a = compute_pod_actions(&p, &obs, &Backoff::default(), now());
         assert!(a.start.is_empty());
@@ -410,6 +417,7 @@ mod tests {
             uid: "uid1".into(),
             sandboxes: vec![sandbox(true, 0)],
             containers: vec![exited("i1", 0, 1, now())],
+            ..Default::default()
         };
         let a = compute_pod_actions(&p, &obs, &Backoff::default(), now());
         assert!(a.pod_finished && a.start.is_empty());
@@ -421,8 +429,10 @@ mod tests {
             uid: "uid1".into(),
             sandboxes: vec![sandbox(true, 0)],
             containers: vec![exited("a", 2, 1, now() - Duration::from_secs(3))],
+            ..Default::default()
         };
-        let never = compute_pod_actions(&pod("Never", &[], &["a"]), &obs, &Backoff::default(), now());
+        let never =
+            compute_pod_actions(&pod("Never", &[], &["a"]), &obs, &Backoff::default(), now());
         assert!(never.start.is_empty() && never.pod_finished);
 
         let p = pod("OnFailure", &[], &["a"]);
@@ -445,6 +455,7 @@ mod tests {
             uid: "uid1".into(),
             sandboxes: vec![sandbox(true, 0)],
             containers: vec![exited("a", 0, 0, now())],
+            ..Default::default()
         };
         let a = compute_pod_actions(&p, &obs, &Backoff::default(), now());
         assert!(a.pod_finished && a.start.is_empty());
@@ -457,6 +468,7 @@ mod tests {
             uid: "uid1".into(),
             sandboxes: vec![sandbox(false, 0)],
             containers: vec![running("a", 0)],
+            ..Default::default()
         };
         let a = compute_pod_actions(&p, &obs, &Backoff::default(), now());
         assert!(a.kill_pod && a.create_sandbox);
@@ -471,12 +483,16 @@ mod tests {
             uid: "uid1".into(),
             sandboxes: vec![sandbox(true, 0)],
             containers: vec![running("a", 0), exited("i", 0, 0, now())],
+            ..Default::default()
         };
         let a = compute_pod_actions(&p, &obs, &Backoff::default(), now());
-        assert_eq!(a, PodActions {
-            sandbox_id: Some("sb0".into()),
-            ..Default::default()
-        });
+        assert_eq!(
+            a,
+            PodActions {
+                sandbox_id: Some("sb0".into()),
+                ..Default::default()
+            }
+        );
     }
 
     #[test]
@@ -487,6 +503,7 @@ mod tests {
             uid: "uid1".into(),
             sandboxes: vec![sandbox(true, 0)],
             containers: vec![running("a", 0)],
+            ..Default::default()
         };
         let a = compute_pod_actions(&p, &obs, &Backoff::default(), now());
         assert_eq!(a.kill.len(), 1);

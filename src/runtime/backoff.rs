@@ -136,7 +136,10 @@ mod tests {
             b.remaining("k", finished, finished + Duration::from_secs(4)),
             Some(Duration::from_secs(6))
         );
-        assert_eq!(b.remaining("k", finished, finished + Duration::from_secs(10)), None);
+        assert_eq!(
+            b.remaining("k", finished, finished + Duration::from_secs(10)),
+            None
+        );
     }
 
     #[test]

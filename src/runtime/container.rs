@@ -6,16 +6,14 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 
 use crate::cm::QosClass;
 use crate::cm::quantity::{parse_bytes, parse_cpu_millis};
+use crate::cm::resources::{milli_cpu_to_quota, milli_cpu_to_shares};
 use crate::cri::api;
 use crate::runtime::env::{self, EnvError, PodFacts};
 use crate::runtime::labels;
 use crate::runtime::paths;
 use crate::runtime::sandbox::namespace_options;
 
-const MIN_SHARES: i64 = 2;
-const SHARES_PER_CPU: i64 = 1024;
-const QUOTA_PERIOD_US: i64 = 100_000;
-const MIN_QUOTA_US: i64 = 1_000;
+const QUOTA_PERIOD_US: u64 = 100_000;
 
 /// Paths the runtime hides or makes read-only in unprivileged containers (upstream's defaults).
 const MASKED_PATHS: &[&str] = &[
@@ -49,20 +47,6 @@ pub enum ConfigError {
         resource: String,
         reason: String,
     },
-}
-
-pub fn milli_cpu_to_shares(milli: i64) -> i64 {
-    if milli <= 0 {
-        return MIN_SHARES;
-    }
-    (milli * SHARES_PER_CPU / 1000).max(MIN_SHARES)
-}
-
-pub fn milli_cpu_to_quota(milli: i64, period: i64) -> i64 {
-    if milli <= 0 {
-        return 0;
-    }
-    (milli * period / 1000).max(MIN_QUOTA_US)
 }
 
 /// The OOM score adjustment upstream gives each QoS class; burstable containers scale with
@@ -120,11 +104,23 @@ fn linux_resources(
     let (cpu_request, cpu_limit) = (cpu("requests")?, cpu("limits")?);
     let (mem_request, mem_limit) = (mem("requests")?, mem("limits")?);
     // A limit without a request means request = limit (API defaulting).
-    let cpu_request = if cpu_request == 0 { cpu_limit } else { cpu_request };
-    let mem_request = if mem_request == 0 { mem_limit } else { mem_request };
+    let cpu_request = if cpu_request == 0 {
+        cpu_limit
+    } else {
+        cpu_request
+    };
+    let mem_request = if mem_request == 0 {
+        mem_limit
+    } else {
+        mem_request
+    };
     Ok(api::LinuxContainerResources {
-        cpu_shares: milli_cpu_to_shares(cpu_request),
-        cpu_period: if cpu_limit > 0 { QUOTA_PERIOD_US } else { 0 },
+        cpu_shares: milli_cpu_to_shares(cpu_request) as i64,
+        cpu_period: if cpu_limit > 0 {
+            QUOTA_PERIOD_US as i64
+        } else {
+            0
+        },
         cpu_quota: milli_cpu_to_quota(cpu_limit, QUOTA_PERIOD_US),
         memory_limit_in_bytes: mem_limit,
         oom_score_adj: oom_score_adj(qos, mem_request, machine_memory),
@@ -216,7 +212,9 @@ pub fn container_config(
             .into_iter()
             .map(|(key, value)| api::KeyValue { key, value })
             .collect(),
-        labels: labels::container_labels(pod, container).into_iter().collect(),
+        labels: labels::container_labels(pod, container)
+            .into_iter()
+            .collect(),
         annotations: labels::container_annotations(pod, container, p.restart_count)
             .into_iter()
             .collect(),
@@ -237,16 +235,6 @@ pub fn container_config(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn shares_and_quota_follow_upstream_math() {
-        assert_eq!(milli_cpu_to_shares(0), 2);
-        assert_eq!(milli_cpu_to_shares(1), 2);
-        assert_eq!(milli_cpu_to_shares(500), 512);
-        assert_eq!(milli_cpu_to_quota(0, QUOTA_PERIOD_US), 0);
-        assert_eq!(milli_cpu_to_quota(5, QUOTA_PERIOD_US), 1000);
-        assert_eq!(milli_cpu_to_quota(250, QUOTA_PERIOD_US), 25_000);
-    }
 
     #[test]
     fn oom_adj_per_qos() {
@@ -273,13 +261,17 @@ mod tests {
             ..Default::default()
         };
         let facts = PodFacts::default();
-        let cfg = container_config(&pod, &c, &ContainerParams {
-            image_ref: "sha256:abc",
-            restart_count: 1,
-            qos: QosClass::BestEffort,
-            machine_memory: 1 << 30,
-            facts: &facts,
-        })
+        let cfg = container_config(
+            &pod,
+            &c,
+            &ContainerParams {
+                image_ref: "sha256:abc",
+                restart_count: 1,
+                qos: QosClass::BestEffort,
+                machine_memory: 1 << 30,
+                facts: &facts,
+            },
+        )
         .unwrap();
         assert_eq!(cfg.command, vec!["echo", "hello"]);
         assert_eq!(cfg.log_path, "c/1.log");

@@ -72,10 +72,14 @@ pub fn pod_dns_config(pod: &Pod, settings: &DnsSettings) -> api::DnsConfig {
         settings.host.clone()
     };
     if let Some(extra) = spec.and_then(|s| s.dns_config.as_ref()) {
-        cfg.servers.extend(extra.nameservers.iter().flatten().cloned());
-        cfg.searches.extend(extra.searches.iter().flatten().cloned());
+        cfg.servers
+            .extend(extra.nameservers.iter().flatten().cloned());
+        cfg.searches
+            .extend(extra.searches.iter().flatten().cloned());
         for opt in extra.options.iter().flatten() {
-            let Some(name) = opt.name.as_deref() else { continue };
+            let Some(name) = opt.name.as_deref() else {
+                continue;
+            };
             cfg.options.retain(|o| o.split(':').next() != Some(name));
             cfg.options.push(match &opt.value {
                 Some(v) => format!("{name}:{v}"),
@@ -94,7 +98,9 @@ mod tests {
 
     #[test]
     fn parses_resolv_conf() {
-        let c = parse_resolv_conf("# c\nnameserver 1.1.1.1\nnameserver 8.8.8.8 ; x\nsearch a b\noptions ndots:2 edns0\n");
+        let c = parse_resolv_conf(
+            "# c\nnameserver 1.1.1.1\nnameserver 8.8.8.8 ; x\nsearch a b\noptions ndots:2 edns0\n",
+        );
         assert_eq!(c.servers, vec!["1.1.1.1", "8.8.8.8"]);
         assert_eq!(c.searches, vec!["a", "b"]);
         assert_eq!(c.options, vec!["ndots:2", "edns0"]);

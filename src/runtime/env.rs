@@ -82,7 +82,12 @@ fn field_ref(pod: &Pod, path: &str, facts: &PodFacts) -> Option<String> {
     })
 }
 
-fn resolve_one(pod: &Pod, var: &EnvVar, vars: &HashMap<String, String>, facts: &PodFacts) -> Result<String, EnvError> {
+fn resolve_one(
+    pod: &Pod,
+    var: &EnvVar,
+    vars: &HashMap<String, String>,
+    facts: &PodFacts,
+) -> Result<String, EnvError> {
     if let Some(value) = &var.value {
         return Ok(expand(value, vars));
     }
@@ -111,7 +116,11 @@ fn resolve_one(pod: &Pod, var: &EnvVar, vars: &HashMap<String, String>, facts: &
 }
 
 /// The container's environment in order; later entries see earlier ones for expansion.
-pub fn container_env(pod: &Pod, container: &Container, facts: &PodFacts) -> Result<Vec<(String, String)>, EnvError> {
+pub fn container_env(
+    pod: &Pod,
+    container: &Container,
+    facts: &PodFacts,
+) -> Result<Vec<(String, String)>, EnvError> {
     let mut vars: HashMap<String, String> = HashMap::new();
     let mut ordered: Vec<(String, String)> = Vec::new();
     for var in container.env.iter().flatten() {
@@ -143,19 +152,40 @@ mod tests {
         let c = Container {
             name: "c".into(),
             env: Some(vec![
-                EnvVar { name: "N".into(), value_from: Some(EnvVarSource {
-                    field_ref: Some(ObjectFieldSelector { field_path: "metadata.name".into(), ..Default::default() }),
+                EnvVar {
+                    name: "N".into(),
+                    value_from: Some(EnvVarSource {
+                        field_ref: Some(ObjectFieldSelector {
+                            field_path: "metadata.name".into(),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
                     ..Default::default()
-                }), ..Default::default() },
-                EnvVar { name: "G".into(), value: Some("hi $(N) $(IP)".into()), ..Default::default() },
-                EnvVar { name: "IP".into(), value_from: Some(EnvVarSource {
-                    field_ref: Some(ObjectFieldSelector { field_path: "status.podIP".into(), ..Default::default() }),
+                },
+                EnvVar {
+                    name: "G".into(),
+                    value: Some("hi $(N) $(IP)".into()),
                     ..Default::default()
-                }), ..Default::default() },
+                },
+                EnvVar {
+                    name: "IP".into(),
+                    value_from: Some(EnvVarSource {
+                        field_ref: Some(ObjectFieldSelector {
+                            field_path: "status.podIP".into(),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
             ]),
             ..Default::default()
         };
-        let facts = PodFacts { host_ip: "h".into(), pod_ips: vec!["10.0.0.2".into()] };
+        let facts = PodFacts {
+            host_ip: "h".into(),
+            pod_ips: vec!["10.0.0.2".into()],
+        };
         let env = container_env(&pod, &c, &facts).unwrap();
         assert_eq!(env[1], ("G".to_string(), "hi p1 $(IP)".to_string()));
         assert_eq!(env[2].1, "10.0.0.2");

@@ -165,7 +165,10 @@ mod tests {
     #[test]
     fn default_tag_and_policy() {
         assert_eq!(with_default_tag("busybox"), "busybox:latest");
-        assert_eq!(with_default_tag("localhost:5000/busybox"), "localhost:5000/busybox:latest");
+        assert_eq!(
+            with_default_tag("localhost:5000/busybox"),
+            "localhost:5000/busybox:latest"
+        );
         assert_eq!(with_default_tag("busybox:1.36"), "busybox:1.36");
         assert_eq!(with_default_tag("busybox@sha256:ab"), "busybox@sha256:ab");
         let c = |image: &str, policy: Option<&str>| Container {

@@ -23,7 +23,10 @@ pub fn pod_labels(pod: &Pod) -> BTreeMap<String, String> {
     let meta = &pod.metadata;
     let mut labels: BTreeMap<String, String> = meta.labels.clone().unwrap_or_default();
     labels.insert(POD_NAME.into(), meta.name.clone().unwrap_or_default());
-    labels.insert(POD_NAMESPACE.into(), meta.namespace.clone().unwrap_or_default());
+    labels.insert(
+        POD_NAMESPACE.into(),
+        meta.namespace.clone().unwrap_or_default(),
+    );
     labels.insert(POD_UID.into(), meta.uid.clone().unwrap_or_default());
     labels
 }
@@ -33,7 +36,10 @@ pub fn container_labels(pod: &Pod, container: &Container) -> BTreeMap<String, St
     let meta = &pod.metadata;
     BTreeMap::from([
         (POD_NAME.to_string(), meta.name.clone().unwrap_or_default()),
-        (POD_NAMESPACE.to_string(), meta.namespace.clone().unwrap_or_default()),
+        (
+            POD_NAMESPACE.to_string(),
+            meta.namespace.clone().unwrap_or_default(),
+        ),
         (POD_UID.to_string(), meta.uid.clone().unwrap_or_default()),
         (CONTAINER_NAME.to_string(), container.name.clone()),
     ])
@@ -49,7 +55,10 @@ pub fn container_annotations(
         CONTAINER_HASH.to_string(),
         format!("{:x}", container_hash(container)),
     );
-    a.insert(CONTAINER_RESTART_COUNT.to_string(), restart_count.to_string());
+    a.insert(
+        CONTAINER_RESTART_COUNT.to_string(),
+        restart_count.to_string(),
+    );
     a.insert(
         TERMINATION_MESSAGE_PATH.to_string(),
         container

@@ -40,6 +40,8 @@ pub enum RuntimeError {
     },
     #[error("pod cgroup: {0}")]
     Cgroup(#[from] crate::cm::CgroupError),
+    #[error("blocking task failed: {0}")]
+    Blocking(String),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -308,7 +310,8 @@ impl RuntimeManager {
                 pod_desc(pod),
                 pod.metadata.uid.as_deref().unwrap_or_default()
             );
-            self.events.pod(pod, EventType::Warning, "BackOff", &message);
+            self.events
+                .pod(pod, EventType::Warning, "BackOff", &message);
             outcome.waiting.insert(
                 wait.name.clone(),
                 Waiting {
@@ -320,7 +323,11 @@ impl RuntimeManager {
         }
     }
 
-    fn sandbox_config(&self, pod: &Pod, attempt: u32) -> Result<api::PodSandboxConfig, RuntimeError> {
+    fn sandbox_config(
+        &self,
+        pod: &Pod,
+        attempt: u32,
+    ) -> Result<api::PodSandboxConfig, RuntimeError> {
         let cgroup_parent = self.cgroups.pod_cgroup_parent(pod);
         Ok(sandbox::sandbox_config(
             pod,
@@ -340,7 +347,11 @@ impl RuntimeManager {
         pod: &Pod,
         attempt: u32,
     ) -> Result<(String, Vec<String>), RuntimeError> {
-        self.cgroups.create_pod_cgroup(pod)?;
+        let cgroups = self.cgroups.clone();
+        let owned = pod.clone();
+        tokio::task::spawn_blocking(move || cgroups.create_pod_cgroup(&owned))
+            .await
+            .map_err(|e| RuntimeError::Blocking(e.to_string()))??;
         let config = self.sandbox_config(pod, attempt)?;
         let log_dir = PathBuf::from(&config.log_directory);
         tokio::fs::create_dir_all(&log_dir)
@@ -393,7 +404,15 @@ impl RuntimeManager {
         let span = info_span!("start_container", container = %container.name, restart_count = start.restart_count);
         async {
             match self
-                .start_container(pod, container, start, sandbox_id, sandbox_config, facts, backoff)
+                .start_container(
+                    pod,
+                    container,
+                    start,
+                    sandbox_id,
+                    sandbox_config,
+                    facts,
+                    backoff,
+                )
                 .await
             {
                 Ok(()) => {}
@@ -468,7 +487,11 @@ impl RuntimeManager {
             );
         }
 
-        let qos: QosClass = pod.spec.as_ref().map(qos_class).unwrap_or(QosClass::BestEffort);
+        let qos: QosClass = pod
+            .spec
+            .as_ref()
+            .map(qos_class)
+            .unwrap_or(QosClass::BestEffort);
         let config = container::container_config(
             pod,
             container,
@@ -480,7 +503,13 @@ impl RuntimeManager {
                 facts,
             },
         )
-        .map_err(|e| ("CreateContainerConfigError", e.to_string(), RETRY_AFTER_ERROR))?;
+        .map_err(|e| {
+            (
+                "CreateContainerConfigError",
+                e.to_string(),
+                RETRY_AFTER_ERROR,
+            )
+        })?;
 
         let log_dir = PathBuf::from(&sandbox_config.log_directory).join(&container.name);
         tokio::fs::create_dir_all(&log_dir).await.map_err(|e| {
@@ -556,7 +585,12 @@ impl RuntimeManager {
 
     /// Stops every container (in parallel, each with the grace period) and then the sandboxes.
     #[tracing::instrument(name = "kill_pod", skip_all, fields(pod = %pod_desc(pod), grace))]
-    pub async fn kill_pod(&self, pod: &Pod, observed: &ObservedPod, grace: i64) -> Result<(), RuntimeError> {
+    pub async fn kill_pod(
+        &self,
+        pod: &Pod,
+        observed: &ObservedPod,
+        grace: i64,
+    ) -> Result<(), RuntimeError> {
         let stops = observed.running_containers().map(|c| {
             self.events.pod(
                 pod,
@@ -606,7 +640,11 @@ impl RuntimeManager {
             remove_dir_if_present(&dir).await?;
         }
         remove_dir_if_present(&paths::pod_dir(&self.settings.root_dir, uid)).await?;
-        self.cgroups.remove_pod_cgroup(uid)?;
+        let cgroups = self.cgroups.clone();
+        let uid = uid.to_string();
+        tokio::task::spawn_blocking(move || cgroups.remove_pod_cgroup(&uid))
+            .await
+            .map_err(|e| RuntimeError::Blocking(e.to_string()))??;
         Ok(())
     }
 }

@@ -88,7 +88,11 @@ impl ContainerInfo {
                 .and_then(|g| g.parse().ok()),
             reason: status.reason.clone(),
             message: status.message.clone(),
-            image: status.image.as_ref().map(|i| i.image.clone()).unwrap_or_default(),
+            image: status
+                .image
+                .as_ref()
+                .map(|i| i.image.clone())
+                .unwrap_or_default(),
             image_ref: status.image_ref.clone(),
         }
     }
@@ -138,8 +142,8 @@ impl ObservedPod {
     /// Newest first, so lookups by name find the current attempt.
     pub fn sort(&mut self) {
         self.sandboxes
-            .sort_by(|a, b| (b.attempt, b.created_at).cmp(&(a.attempt, a.created_at)));
+            .sort_by_key(|s| std::cmp::Reverse((s.attempt, s.created_at)));
         self.containers
-            .sort_by(|a, b| (b.attempt, b.created_at).cmp(&(a.attempt, a.created_at)));
+            .sort_by_key(|c| std::cmp::Reverse((c.attempt, c.created_at)));
     }
 }

@@ -35,11 +35,18 @@ pub fn namespace_options(pod: &Pod) -> api::NamespaceOption {
     let spec = pod.spec.as_ref();
     let flag = |f: Option<bool>| f.unwrap_or(false);
     let mode = |node: bool, fallback: api::NamespaceMode| {
-        if node { api::NamespaceMode::Node } else { fallback }
+        if node {
+            api::NamespaceMode::Node
+        } else {
+            fallback
+        }
     };
     let shared_pid = flag(spec.and_then(|s| s.share_process_namespace));
     api::NamespaceOption {
-        network: mode(flag(spec.and_then(|s| s.host_network)), api::NamespaceMode::Pod) as i32,
+        network: mode(
+            flag(spec.and_then(|s| s.host_network)),
+            api::NamespaceMode::Pod,
+        ) as i32,
         pid: mode(
             flag(spec.and_then(|s| s.host_pid)),
             if shared_pid {
@@ -163,15 +170,22 @@ mod tests {
         pod.metadata.namespace = Some("default".into());
         pod.metadata.uid = Some("u1".into());
         let dns = DnsSettings::default();
-        let cfg = sandbox_config(&pod, 2, &SandboxParams {
-            node_name: "n1",
-            logs_root: Path::new("/var/log/pods"),
-            cgroup_parent: "/kubepods/besteffort/podu1",
-            dns: &dns,
-        });
+        let cfg = sandbox_config(
+            &pod,
+            2,
+            &SandboxParams {
+                node_name: "n1",
+                logs_root: Path::new("/var/log/pods"),
+                cgroup_parent: "/kubepods/besteffort/podu1",
+                dns: &dns,
+            },
+        );
         assert_eq!(cfg.log_directory, "/var/log/pods/default_web-n1_u1");
         assert_eq!(cfg.metadata.unwrap().attempt, 2);
         assert_eq!(cfg.labels[labels::POD_UID], "u1");
-        assert_eq!(cfg.linux.unwrap().cgroup_parent, "/kubepods/besteffort/podu1");
+        assert_eq!(
+            cfg.linux.unwrap().cgroup_parent,
+            "/kubepods/besteffort/podu1"
+        );
     }
 }

@@ -13,9 +13,9 @@ fn run_check(name: &str, state: &ServerState) -> Option<Result<(), String>> {
     Some(match name {
         "ping" | "log" => Ok(()),
         "syncloop" => match state.sync_health.since_last_iteration() {
-            Some(idle) if idle > state.sync_loop_deadline => {
-                Err(format!("sync Loop took longer than expected: last iteration {idle:?} ago"))
-            }
+            Some(idle) if idle > state.sync_loop_deadline => Err(format!(
+                "sync Loop took longer than expected: last iteration {idle:?} ago"
+            )),
             _ => Ok(()),
         },
         _ => return None,
@@ -34,7 +34,10 @@ fn text(status: StatusCode, body: String) -> Response {
         .into_response()
 }
 
-pub async fn all(State(state): State<ServerState>, Query(q): Query<HashMap<String, String>>) -> Response {
+pub async fn all(
+    State(state): State<ServerState>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
     let mut report = String::new();
     let mut failed = false;
     for name in CHECKS {

@@ -14,9 +14,5 @@ pub async fn list(State(state): State<ServerState>) -> Response {
         "metadata": {},
         "items": items,
     });
-    (
-        [("content-type", "application/json")],
-        body.to_string(),
-    )
-        .into_response()
+    ([("content-type", "application/json")], body.to_string()).into_response()
 }

@@ -102,7 +102,10 @@ fn container_status(
             },
             last_terminated(previous),
         ),
-        (None, _) => (waiting_state(default_waiting, None), last_terminated(previous)),
+        (None, _) => (
+            waiting_state(default_waiting, None),
+            last_terminated(previous),
+        ),
     };
     let running = state.running.is_some();
     ContainerStatus {
@@ -160,7 +163,12 @@ pub fn pod_phase(
             if t.exit_code == 0 {
                 succeeded += 1;
             }
-        } else if s.last_state.as_ref().and_then(|l| l.terminated.as_ref()).is_some() {
+        } else if s
+            .last_state
+            .as_ref()
+            .and_then(|l| l.terminated.as_ref())
+            .is_some()
+        {
             stopped += 1;
         } else {
             waiting += 1;
@@ -187,7 +195,13 @@ pub fn pod_phase(
     "Pending"
 }
 
-fn condition(type_: &str, ok: bool, reason: Option<&str>, message: Option<String>, at: &Option<Time>) -> PodCondition {
+fn condition(
+    type_: &str,
+    ok: bool,
+    reason: Option<&str>,
+    message: Option<String>,
+    at: &Option<Time>,
+) -> PodCondition {
     PodCondition {
         type_: type_.into(),
         status: if ok { "True" } else { "False" }.into(),
@@ -196,6 +210,13 @@ fn condition(type_: &str, ok: bool, reason: Option<&str>, message: Option<String
         last_transition_time: at.clone(),
         ..Default::default()
     }
+}
+
+fn succeeded(s: &ContainerStatus) -> bool {
+    s.state
+        .as_ref()
+        .and_then(|st| st.terminated.as_ref())
+        .is_some_and(|t| t.exit_code == 0)
 }
 
 pub fn generate_pod_status(input: &PodStatusInput<'_>) -> PodStatus {
@@ -208,13 +229,12 @@ pub fn generate_pod_status(input: &PodStatusInput<'_>) -> PodStatus {
         .iter()
         .map(|c| container_status(c, input, "PodInitializing"))
         .collect();
-    let init_done = init_statuses.iter().all(|s| {
-        s.state
-            .as_ref()
-            .and_then(|st| st.terminated.as_ref())
-            .is_some_and(|t| t.exit_code == 0)
-    });
-    let default_waiting = if init_done { "ContainerCreating" } else { "PodInitializing" };
+    let init_done = init_statuses.iter().all(succeeded);
+    let default_waiting = if init_done {
+        "ContainerCreating"
+    } else {
+        "PodInitializing"
+    };
     let statuses: Vec<ContainerStatus> = spec
         .containers
         .iter()
@@ -231,28 +251,47 @@ pub fn generate_pod_status(input: &PodStatusInput<'_>) -> PodStatus {
         .collect();
     let incomplete: Vec<&str> = init_statuses
         .iter()
-        .filter(|s| {
-            !s.state
-                .as_ref()
-                .and_then(|st| st.terminated.as_ref())
-                .is_some_and(|t| t.exit_code == 0)
-        })
+        .filter(|s| !succeeded(s))
         .map(|s| s.name.as_str())
         .collect();
-    let ready_reason = if finished { "PodCompleted" } else { "ContainersNotReady" };
-    let unready_msg = (!finished).then(|| format!("containers with unready status: [{}]", unready.join(" ")));
+    let ready_reason = if finished {
+        "PodCompleted"
+    } else {
+        "ContainersNotReady"
+    };
+    let unready_msg =
+        (!finished).then(|| format!("containers with unready status: [{}]", unready.join(" ")));
     let sandbox_ready = input.observed.newest_sandbox().is_some_and(|s| s.ready);
     let conditions = vec![
         condition("PodReadyToStartContainers", sandbox_ready, None, None, &now),
         condition(
             "Initialized",
             init_done || finished && incomplete.is_empty(),
-            Some(if finished { "PodCompleted" } else { "ContainersNotInitialized" }),
-            Some(format!("containers with incomplete status: [{}]", incomplete.join(" "))),
+            Some(if finished {
+                "PodCompleted"
+            } else {
+                "ContainersNotInitialized"
+            }),
+            Some(format!(
+                "containers with incomplete status: [{}]",
+                incomplete.join(" ")
+            )),
             &now,
         ),
-        condition("Ready", unready.is_empty() && !finished, Some(ready_reason), unready_msg.clone(), &now),
-        condition("ContainersReady", unready.is_empty() && !finished, Some(ready_reason), unready_msg, &now),
+        condition(
+            "Ready",
+            unready.is_empty() && !finished,
+            Some(ready_reason),
+            unready_msg.clone(),
+            &now,
+        ),
+        condition(
+            "ContainersReady",
+            unready.is_empty() && !finished,
+            Some(ready_reason),
+            unready_msg,
+            &now,
+        ),
         condition("PodScheduled", true, None, None, &now),
     ];
 
@@ -317,7 +356,11 @@ mod tests {
             hash: 0,
             created_at: 1,
             started_at: 1_000_000_000,
-            finished_at: if state == ContainerState::Exited { 2_000_000_000 } else { 0 },
+            finished_at: if state == ContainerState::Exited {
+                2_000_000_000
+            } else {
+                0
+            },
             exit_code: code,
             termination_grace: None,
             reason: String::new(),
@@ -327,7 +370,11 @@ mod tests {
         }
     }
 
-    fn gen(pod: &Pod, observed: &ObservedPod, waiting: &HashMap<String, Waiting>) -> PodStatus {
+    fn status_of(
+        pod: &Pod,
+        observed: &ObservedPod,
+        waiting: &HashMap<String, Waiting>,
+    ) -> PodStatus {
         generate_pod_status(&PodStatusInput {
             pod,
             observed,
@@ -357,13 +404,22 @@ mod tests {
 
     #[test]
     fn running_pod() {
-        let s = gen(&pod("Always"), &observed(vec![info(0, ContainerState::Running, 0)]), &HashMap::new());
+        let s = status_of(
+            &pod("Always"),
+            &observed(vec![info(0, ContainerState::Running, 0)]),
+            &HashMap::new(),
+        );
         assert_eq!(s.phase.as_deref(), Some("Running"));
         assert_eq!(s.pod_ip.as_deref(), Some("10.88.0.5"));
         let cs = &s.container_statuses.unwrap()[0];
         assert!(cs.ready && cs.state.as_ref().unwrap().running.is_some());
         assert_eq!(cs.container_id.as_deref(), Some("containerd://id0"));
-        let ready = s.conditions.unwrap().into_iter().find(|c| c.type_ == "Ready").unwrap();
+        let ready = s
+            .conditions
+            .unwrap()
+            .into_iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
         assert_eq!(ready.status, "True");
         assert_eq!(s.qos_class.as_deref(), Some("BestEffort"));
     }
@@ -372,14 +428,23 @@ mod tests {
     fn crash_loop_shows_waiting_with_last_state() {
         let waiting = HashMap::from([(
             "a".to_string(),
-            Waiting { reason: "CrashLoopBackOff".into(), message: "back-off".into() },
+            Waiting {
+                reason: "CrashLoopBackOff".into(),
+                message: "back-off".into(),
+            },
         )]);
-        let o = observed(vec![info(0, ContainerState::Exited, 1), info(1, ContainerState::Exited, 1)]);
-        let s = gen(&pod("Always"), &o, &waiting);
+        let o = observed(vec![
+            info(0, ContainerState::Exited, 1),
+            info(1, ContainerState::Exited, 1),
+        ]);
+        let s = status_of(&pod("Always"), &o, &waiting);
         let cs = &s.container_statuses.unwrap()[0];
         assert_eq!(cs.restart_count, 1);
         let st = cs.state.as_ref().unwrap();
-        assert_eq!(st.waiting.as_ref().unwrap().reason.as_deref(), Some("CrashLoopBackOff"));
+        assert_eq!(
+            st.waiting.as_ref().unwrap().reason.as_deref(),
+            Some("CrashLoopBackOff")
+        );
         let last = cs.last_state.as_ref().unwrap().terminated.as_ref().unwrap();
         assert_eq!((last.exit_code, last.reason.as_deref()), (1, Some("Error")));
         assert_eq!(s.phase.as_deref(), Some("Running"));
@@ -387,19 +452,37 @@ mod tests {
 
     #[test]
     fn never_pod_ends_failed_or_succeeded() {
-        let s = gen(&pod("Never"), &observed(vec![info(0, ContainerState::Exited, 3)]), &HashMap::new());
+        let s = status_of(
+            &pod("Never"),
+            &observed(vec![info(0, ContainerState::Exited, 3)]),
+            &HashMap::new(),
+        );
         assert_eq!(s.phase.as_deref(), Some("Failed"));
-        let t = s.container_statuses.unwrap()[0].state.clone().unwrap().terminated.unwrap();
+        let t = s.container_statuses.unwrap()[0]
+            .state
+            .clone()
+            .unwrap()
+            .terminated
+            .unwrap();
         assert_eq!(t.exit_code, 3);
-        let s = gen(&pod("Never"), &observed(vec![info(0, ContainerState::Exited, 0)]), &HashMap::new());
+        let s = status_of(
+            &pod("Never"),
+            &observed(vec![info(0, ContainerState::Exited, 0)]),
+            &HashMap::new(),
+        );
         assert_eq!(s.phase.as_deref(), Some("Succeeded"));
     }
 
     #[test]
     fn new_pod_is_pending_creating() {
-        let s = gen(&pod("Always"), &ObservedPod::default(), &HashMap::new());
+        let s = status_of(&pod("Always"), &ObservedPod::default(), &HashMap::new());
         assert_eq!(s.phase.as_deref(), Some("Pending"));
-        let w = s.container_statuses.unwrap()[0].state.clone().unwrap().waiting.unwrap();
+        let w = s.container_statuses.unwrap()[0]
+            .state
+            .clone()
+            .unwrap()
+            .waiting
+            .unwrap();
         assert_eq!(w.reason.as_deref(), Some("ContainerCreating"));
     }
 }

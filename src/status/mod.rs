@@ -62,7 +62,8 @@ impl StatusStore {
             })
             .collect();
         out.sort_by(|a, b| {
-            (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
+            (&a.metadata.namespace, &a.metadata.name)
+                .cmp(&(&b.metadata.namespace, &b.metadata.name))
         });
         out
     }
@@ -77,7 +78,9 @@ impl StatusStore {
 }
 
 fn carry_transition_times(old: &PodStatus, new: &mut PodStatus) {
-    let Some(old_conditions) = old.conditions.as_ref() else { return };
+    let Some(old_conditions) = old.conditions.as_ref() else {
+        return;
+    };
     for c in new.conditions.iter_mut().flatten() {
         if let Some(prev) = old_conditions
             .iter()

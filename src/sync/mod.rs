@@ -79,7 +79,10 @@ pub struct SyncLoop {
 impl SyncLoop {
     /// `max_pods` bounds the worker map (plus orphans being cleaned up).
     pub fn new(
-        ctx_parts: (Arc<crate::runtime::RuntimeManager>, Arc<crate::status::StatusStore>),
+        ctx_parts: (
+            Arc<crate::runtime::RuntimeManager>,
+            Arc<crate::status::StatusStore>,
+        ),
         resync: Duration,
         runtime_name: String,
         max_pods: usize,
@@ -105,7 +108,12 @@ impl SyncLoop {
     }
 
     fn spawn(&mut self, uid: String, desired: Desired) {
-        let handle = WorkerHandle::spawn(uid.clone(), desired, self.ctx.clone(), self.cancel.child_token());
+        let handle = WorkerHandle::spawn(
+            uid.clone(),
+            desired,
+            self.ctx.clone(),
+            self.cancel.child_token(),
+        );
         self.workers.insert(uid, handle);
     }
 

@@ -18,7 +18,10 @@ use crate::status::{PodStatusInput, StatusStore, generate_pod_status};
 pub enum Desired {
     Run(Arc<Pod>),
     /// Stop everything with this grace period, remove it, and end the worker.
-    Terminate { pod: Arc<Pod>, grace: i64 },
+    Terminate {
+        pod: Arc<Pod>,
+        grace: i64,
+    },
 }
 
 pub struct WorkerContext {
@@ -38,7 +41,12 @@ pub struct WorkerHandle {
 }
 
 impl WorkerHandle {
-    pub fn spawn(uid: String, desired: Desired, ctx: Arc<WorkerContext>, cancel: CancellationToken) -> Self {
+    pub fn spawn(
+        uid: String,
+        desired: Desired,
+        ctx: Arc<WorkerContext>,
+        cancel: CancellationToken,
+    ) -> Self {
         let terminating = matches!(desired, Desired::Terminate { .. });
         let (desired_tx, desired_rx) = watch::channel(desired);
         // Capacity 1: pokes coalesce, a pending one is as good as many.
@@ -82,13 +90,15 @@ async fn run(
     loop {
         let desired = desired_rx.borrow_and_update().clone();
         let wait = match desired {
-            Desired::Run(pod) => match sync_once(&uid, &pod, &ctx, &mut backoff, start_time).await {
-                Ok(outcome) => outcome.requeue_after.unwrap_or(ctx.resync).min(ctx.resync),
-                Err(err) => {
-                    warn!(%err, "Error syncing pod, skipping");
-                    RETRY_AFTER_ERROR
+            Desired::Run(pod) => {
+                match sync_once(&uid, &pod, &ctx, &mut backoff, start_time).await {
+                    Ok(outcome) => outcome.requeue_after.unwrap_or(ctx.resync).min(ctx.resync),
+                    Err(err) => {
+                        warn!(%err, "Error syncing pod, skipping");
+                        RETRY_AFTER_ERROR
+                    }
                 }
-            },
+            }
             Desired::Terminate { pod, grace } => match terminate(&uid, &pod, grace, &ctx).await {
                 Ok(()) => {
                     ctx.status.remove(&uid);

@@ -140,7 +140,8 @@ impl Kubelet {
         self.child = Some(child);
         wait_for(Duration::from_secs(30), "kubelet healthz", || {
             self.assert_alive();
-            http_get(self.healthz_port, "/healthz").filter(|(code, body)| *code == 200 && body == "ok")
+            http_get(self.healthz_port, "/healthz")
+                .filter(|(code, body)| *code == 200 && body == "ok")
         });
     }
 
@@ -199,7 +200,13 @@ impl Kubelet {
             .find(|p| p["metadata"]["name"] == full.as_str())
     }
 
-    pub fn wait_pod(&mut self, name: &str, what: &str, timeout: Duration, ok: impl Fn(&Value) -> bool) -> Value {
+    pub fn wait_pod(
+        &mut self,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        ok: impl Fn(&Value) -> bool,
+    ) -> Value {
         let mut last = None;
         let found = wait_for_opt(timeout, || {
             self.assert_alive();
@@ -230,7 +237,10 @@ impl Kubelet {
             (n == 0).then_some(())
         });
         if gone.is_none() {
-            eprintln!("pods still present after cleanup; log tail:\n{}", tail(&self.log(), 40));
+            eprintln!(
+                "pods still present after cleanup; log tail:\n{}",
+                tail(&self.log(), 40)
+            );
         }
         self.stop();
     }
@@ -283,7 +293,10 @@ pub fn runtime_pod_count() -> usize {
         .args(["--address", &sock, "-n", "k8s.io", "containers", "ls", "-q"])
         .output()
         .expect("ctr");
-    String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.trim().is_empty()).count()
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count()
 }
 
 /// Container IDs (running tasks) in the test containerd.
