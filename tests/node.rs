@@ -329,12 +329,17 @@ fn malformed_manifest_is_reported_and_other_pods_keep_running() {
     k.wait_pod("good", "running", Duration::from_secs(60), |p| {
         running(p, "main")
     });
+    let error_about = |file: &str| {
+        k.log()
+            .lines()
+            .find(|l| l.starts_with('E') && l.contains(file))
+            .map(str::to_string)
+    };
     wait_for(Duration::from_secs(10), "errors naming the files", || {
-        let log = k.log();
-        (log.contains("broken.yaml") && log.contains("garbage.yaml")).then_some(())
+        error_about("garbage.yaml")?;
+        error_about("broken.yaml")
     });
-    let log = k.log();
-    let broken_line = log.lines().find(|l| l.contains("broken.yaml")).unwrap();
+    let broken_line = error_about("broken.yaml").unwrap();
     assert!(
         broken_line.contains("image"),
         "error does not name the field: {broken_line}"

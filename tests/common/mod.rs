@@ -311,6 +311,8 @@ pub fn running_tasks() -> Vec<String> {
         .skip(1)
         .filter(|l| l.contains("RUNNING"))
         .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
         .collect()
 }
 
