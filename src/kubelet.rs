@@ -25,7 +25,7 @@ use crate::sync::{SyncLoop, SyncLoopHealth, SyncLoopInputs};
 
 #[derive(Debug, thiserror::Error)]
 pub enum KubeletError {
-    #[error("container runtime at {endpoint} is not usable: {source}")]
+    #[error("container runtime at {endpoint} is not usable")]
     Runtime {
         endpoint: String,
         #[source]
@@ -33,7 +33,7 @@ pub enum KubeletError {
     },
     #[error("cgroups: {0}")]
     Cgroup(#[from] crate::cm::CgroupError),
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         path: PathBuf,
         #[source]
@@ -43,6 +43,27 @@ pub enum KubeletError {
     Server(#[from] server::ServerError),
     #[error("invalid address {0:?}")]
     Address(String),
+    #[error("{0} is not supported by this version of kubelet-rs")]
+    Unsupported(String),
+}
+
+/// Settings this version parses (so upstream configurations load) but cannot honour yet.
+/// Refusing or warning here keeps the kubelet from silently doing something else.
+fn check_supported(settings: &Settings) -> Result<(), KubeletError> {
+    let cfg = &settings.config;
+    if cfg.cgroup_driver != "cgroupfs" {
+        return Err(KubeletError::Unsupported(format!(
+            "cgroupDriver {:?} (only \"cgroupfs\")",
+            cfg.cgroup_driver
+        )));
+    }
+    if !cfg.static_pod_url.is_empty() {
+        warn!(url = %cfg.static_pod_url, "staticPodURL is not supported yet; ignoring it");
+    }
+    if settings.flags.kubeconfig.is_some() || settings.flags.bootstrap_kubeconfig.is_some() {
+        warn!("API server mode is not supported yet; running standalone (static pods only)");
+    }
+    Ok(())
 }
 
 const PLEG_RELIST_PERIOD: Duration = Duration::from_secs(1);
@@ -103,6 +124,7 @@ fn socket_addr(ip: &str, port: i32) -> Result<SocketAddr, KubeletError> {
 }
 
 pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), KubeletError> {
+    check_supported(&settings)?;
     let flags = &settings.flags;
     let cfg = &settings.config;
     let node_name = settings.node_name();

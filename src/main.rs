@@ -17,19 +17,22 @@ fn main() -> ExitCode {
             return ExitCode::from(code as u8);
         }
     };
+    if let Err(err) =
+        telemetry::init_logging(settings.flags.verbosity, &settings.config.logging.format)
+    {
+        eprintln!("Error: initialising logging: {err}");
+        return ExitCode::from(1);
+    }
     match run(settings) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            tracing::error!("{err:#}");
-            eprintln!("Error: {err:#}");
+            tracing::error!(err = %format!("{err:#}"), "command failed");
             ExitCode::from(1)
         }
     }
 }
 
 fn run(settings: cli::Settings) -> anyhow::Result<()> {
-    telemetry::init_logging(settings.flags.verbosity, &settings.config.logging.format)
-        .context("initialising logging")?;
     for warning in &settings.warnings {
         tracing::warn!("{warning}");
     }
