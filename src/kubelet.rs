@@ -179,7 +179,6 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         images,
         EventRecorder,
         RuntimeSettings {
-            node_name: node_name.clone(),
             node_ip,
             logs_root,
             root_dir: flags.root_dir.clone(),

@@ -94,6 +94,21 @@ fn pod_runs_and_its_output_lands_in_its_log_file() {
 }
 
 #[test]
+fn host_network_pod_runs_in_the_node_network() {
+    let _g = serial();
+    let mut k = Kubelet::new("hostnet");
+    let manifest = pod_yaml("hostnet", "Always", 1, "exec sleep 3600")
+        .replace("  restartPolicy", "  hostNetwork: true\n  restartPolicy");
+    k.write_manifest("hostnet.yaml", &manifest);
+    k.start();
+    let pod = k.wait_pod("hostnet", "running", Duration::from_secs(60), |p| {
+        running(p, "main")
+    });
+    assert_eq!(pod["status"]["podIP"], pod["status"]["hostIP"], "{pod}");
+    k.cleanup();
+}
+
+#[test]
 fn crashing_container_restarts_with_growing_backoff() {
     let _g = serial();
     let mut k = Kubelet::new("crash");

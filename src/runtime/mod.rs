@@ -76,7 +76,6 @@ impl SyncOutcome {
 }
 
 pub struct RuntimeSettings {
-    pub node_name: String,
     pub node_ip: String,
     pub logs_root: PathBuf,
     pub root_dir: PathBuf,
@@ -333,7 +332,6 @@ impl RuntimeManager {
             pod,
             attempt,
             &sandbox::SandboxParams {
-                node_name: &self.settings.node_name,
                 logs_root: &self.settings.logs_root,
                 cgroup_parent: &cgroup_parent,
                 dns: &self.settings.dns,

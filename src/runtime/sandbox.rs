@@ -18,10 +18,12 @@ fn truncate_hostname(name: &str) -> String {
     h
 }
 
-pub fn pod_hostname(pod: &Pod, node_name: &str) -> String {
+/// The hostname the sandbox gets. Host-network pods share the node's UTS namespace, where
+/// the runtime must not set one, so they get none (like upstream).
+pub fn pod_hostname(pod: &Pod) -> String {
     let spec = pod.spec.as_ref();
     if spec.and_then(|s| s.host_network).unwrap_or(false) {
-        return node_name.to_string();
+        return String::new();
     }
     let name = spec
         .and_then(|s| s.hostname.as_deref())
@@ -61,7 +63,6 @@ pub fn namespace_options(pod: &Pod) -> api::NamespaceOption {
 }
 
 pub struct SandboxParams<'a> {
-    pub node_name: &'a str,
     pub logs_root: &'a Path,
     pub cgroup_parent: &'a str,
     pub dns: &'a DnsSettings,
@@ -117,7 +118,7 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, p: &SandboxParams<'_>) -> api::Po
             namespace,
             attempt,
         }),
-        hostname: pod_hostname(pod, p.node_name),
+        hostname: pod_hostname(pod),
         log_directory: log_dir.to_string_lossy().into_owned(),
         dns_config: Some(pod_dns_config(pod, p.dns)),
         port_mappings,
@@ -155,12 +156,12 @@ mod tests {
     fn hostname_is_truncated_label() {
         let mut pod = Pod::default();
         pod.metadata.name = Some(format!("{}-x", "a".repeat(62)));
-        assert_eq!(pod_hostname(&pod, "node"), "a".repeat(62));
+        assert_eq!(pod_hostname(&pod), "a".repeat(62));
         pod.spec = Some(PodSpec {
             host_network: Some(true),
             ..Default::default()
         });
-        assert_eq!(pod_hostname(&pod, "node"), "node");
+        assert_eq!(pod_hostname(&pod), "");
     }
 
     #[test]
@@ -174,7 +175,6 @@ mod tests {
             &pod,
             2,
             &SandboxParams {
-                node_name: "n1",
                 logs_root: Path::new("/var/log/pods"),
                 cgroup_parent: "/kubepods/besteffort/podu1",
                 dns: &dns,
