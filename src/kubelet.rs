@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::cli::Settings;
-use crate::cm::CgroupManager;
+use crate::cm::{CgroupManager, PodCgroupOptions};
 use crate::config;
 use crate::cri::RuntimeClient;
 use crate::events::EventRecorder;
@@ -57,6 +57,12 @@ fn check_supported(settings: &Settings) -> Result<(), KubeletError> {
             cfg.cgroup_driver
         )));
     }
+    if cfg.fail_swap_on && swap_enabled() {
+        return Err(KubeletError::Unsupported(
+            "running with swap on (failSwapOn is true; turn swap off or set failSwapOn: false)"
+                .into(),
+        ));
+    }
     if !cfg.static_pod_url.is_empty() {
         warn!(url = %cfg.static_pod_url, "staticPodURL is not supported yet; ignoring it");
     }
@@ -77,6 +83,13 @@ fn create_dir(path: &std::path::Path) -> Result<(), KubeletError> {
         path: path.to_path_buf(),
         source,
     })
+}
+
+/// Whether /proc/swaps lists any active swap device (it always has a header line).
+fn swap_enabled() -> bool {
+    std::fs::read_to_string("/proc/swaps")
+        .map(|t| t.lines().skip(1).any(|l| !l.trim().is_empty()))
+        .unwrap_or(false)
 }
 
 /// The node's IP: --node-ip, else the address of the interface holding the default route.
@@ -162,7 +175,14 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         "Container runtime connected"
     );
 
-    let cgroups = Arc::new(CgroupManager::new(&cfg.cgroup_root, cfg.cgroups_per_qos)?);
+    let cgroup_options = PodCgroupOptions {
+        enforce_cpu_limits: cfg.cpu_cfs_quota,
+        cpu_cfs_period_us: cfg.cpu_cfs_quota_period.0.as_micros() as u64,
+        pids_limit: Some(cfg.pod_pids_limit).filter(|n| *n > 0),
+    };
+    let cgroups = Arc::new(
+        CgroupManager::new(&cfg.cgroup_root, cfg.cgroups_per_qos)?.with_options(cgroup_options),
+    );
     cgroups.ensure_node_cgroups()?;
 
     let max_pulls = if cfg.serialize_image_pulls {
@@ -188,6 +208,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
                 host: dns::load_host_resolv_conf(std::path::Path::new(&cfg.resolv_conf)),
             },
             machine_memory: machine_memory_bytes(),
+            cgroup_options,
             runtime_handler: String::new(),
         },
     ));

@@ -13,8 +13,6 @@ use crate::runtime::labels;
 use crate::runtime::paths;
 use crate::runtime::sandbox::namespace_options;
 
-const QUOTA_PERIOD_US: u64 = 100_000;
-
 /// Paths the runtime hides or makes read-only in unprivileged containers (upstream's defaults).
 const MASKED_PATHS: &[&str] = &[
     "/proc/asound",
@@ -82,7 +80,7 @@ fn resource(
 fn linux_resources(
     container: &Container,
     qos: QosClass,
-    machine_memory: i64,
+    p: &ContainerParams<'_>,
 ) -> Result<api::LinuxContainerResources, ConfigError> {
     let bad = |res: &str, reason: String| ConfigError::Resource {
         container: container.name.clone(),
@@ -114,16 +112,18 @@ fn linux_resources(
     } else {
         mem_request
     };
+    let period = p.cgroup_options.cpu_cfs_period_us;
+    let quota = p.cgroup_options.enforce_cpu_limits && cpu_limit > 0;
     Ok(api::LinuxContainerResources {
         cpu_shares: milli_cpu_to_shares(cpu_request) as i64,
-        cpu_period: if cpu_limit > 0 {
-            QUOTA_PERIOD_US as i64
+        cpu_period: if quota { period as i64 } else { 0 },
+        cpu_quota: if quota {
+            milli_cpu_to_quota(cpu_limit, period)
         } else {
             0
         },
-        cpu_quota: milli_cpu_to_quota(cpu_limit, QUOTA_PERIOD_US),
         memory_limit_in_bytes: mem_limit,
-        oom_score_adj: oom_score_adj(qos, mem_request, machine_memory),
+        oom_score_adj: oom_score_adj(qos, mem_request, p.machine_memory),
         ..Default::default()
     })
 }
@@ -179,6 +179,7 @@ pub struct ContainerParams<'a> {
     pub restart_count: u32,
     pub qos: QosClass,
     pub machine_memory: i64,
+    pub cgroup_options: &'a crate::cm::PodCgroupOptions,
     pub facts: &'a PodFacts,
 }
 
@@ -225,7 +226,7 @@ pub fn container_config(
         stdin_once: container.stdin_once.unwrap_or(false),
         tty: container.tty.unwrap_or(false),
         linux: Some(api::LinuxContainerConfig {
-            resources: Some(linux_resources(container, p.qos, p.machine_memory)?),
+            resources: Some(linux_resources(container, p.qos, p)?),
             security_context: Some(security_context(pod, container)),
         }),
         ..Default::default()
@@ -269,6 +270,7 @@ mod tests {
                 restart_count: 1,
                 qos: QosClass::BestEffort,
                 machine_memory: 1 << 30,
+                cgroup_options: &crate::cm::PodCgroupOptions::default(),
                 facts: &facts,
             },
         )

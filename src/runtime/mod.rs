@@ -81,6 +81,7 @@ pub struct RuntimeSettings {
     pub root_dir: PathBuf,
     pub dns: dns::DnsSettings,
     pub machine_memory: i64,
+    pub cgroup_options: crate::cm::PodCgroupOptions,
     pub runtime_handler: String,
 }
 
@@ -498,6 +499,7 @@ impl RuntimeManager {
                 restart_count: start.restart_count,
                 qos,
                 machine_memory: self.settings.machine_memory,
+                cgroup_options: &self.settings.cgroup_options,
                 facts,
             },
         )

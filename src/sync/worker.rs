@@ -91,7 +91,16 @@ async fn run(
         let desired = desired_rx.borrow_and_update().clone();
         let wait = match desired {
             Desired::Run(pod) => {
-                match sync_once(&uid, &pod, &ctx, &mut backoff, start_time).await {
+                // A termination request cancels a sync in progress (a long image pull must not
+                // hold up the grace period); dropping the sync cancels its CRI calls.
+                let result = tokio::select! {
+                    r = sync_once(&uid, &pod, &ctx, &mut backoff, start_time) => r,
+                    _ = termination_requested(&mut desired_rx) => continue,
+                };
+                let changed_meanwhile =
+                    matches!(&*desired_rx.borrow(), Desired::Run(p) if !Arc::ptr_eq(p, &pod));
+                match result {
+                    Ok(_) if changed_meanwhile => Duration::ZERO,
                     Ok(outcome) => outcome.requeue_after.unwrap_or(ctx.resync).min(ctx.resync),
                     Err(err) => {
                         warn!(%err, "Error syncing pod, skipping");
@@ -117,6 +126,18 @@ async fn run(
             changed = desired_rx.changed() => if changed.is_err() { return },
             _ = poke_rx.recv() => {}
             _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// Resolves once the desired state becomes Terminate; spec updates are left to the caller.
+async fn termination_requested(rx: &mut watch::Receiver<Desired>) {
+    loop {
+        if rx.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+        if matches!(*rx.borrow(), Desired::Terminate { .. }) {
+            return;
         }
     }
 }
