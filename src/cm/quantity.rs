@@ -59,7 +59,7 @@ pub fn parse_nano(q: &Quantity) -> Result<i128, QuantityError> {
     parse_str_nano(&q.0)
 }
 
-fn parse_str_nano(raw: &str) -> Result<i128, QuantityError> {
+pub fn parse_str_nano(raw: &str) -> Result<i128, QuantityError> {
     let syntax = || QuantityError::Syntax(raw.to_string());
     let overflow = || QuantityError::Overflow(raw.to_string());
     let s = raw.trim();

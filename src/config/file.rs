@@ -685,13 +685,7 @@ mod tests {
         )
     }
 
-    fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-        pod.metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(key))
-            .map(String::as_str)
-    }
+    use crate::config::annotation;
 
     #[test]
     fn static_defaults() {

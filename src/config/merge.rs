@@ -14,7 +14,7 @@ use tracing::{debug, info, warn};
 
 use super::{
     CONFIG_MIRROR_ANNOTATION, CONFIG_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION, SourceUpdate,
-    pod_full_name, pod_uid,
+    annotation, pod_full_name, pod_uid,
 };
 
 #[derive(Clone, Debug, PartialEq)]
@@ -167,14 +167,6 @@ impl PodConfig {
             self.ready.send_replace(true);
         }
     }
-}
-
-fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(key))
-        .map(String::as_str)
 }
 
 /// Annotations the kubelet sets itself; they never make a pod "changed".

@@ -48,7 +48,7 @@ pub fn pod_uid(pod: &Pod) -> &str {
     pod.metadata.uid.as_deref().unwrap_or_default()
 }
 
-fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+pub fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
     pod.metadata
         .annotations
         .as_ref()

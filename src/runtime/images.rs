@@ -55,14 +55,9 @@ pub fn with_default_tag(image: &str) -> String {
 pub fn pull_policy(container: &Container) -> &str {
     match container.image_pull_policy.as_deref() {
         Some(p @ ("Always" | "Never" | "IfNotPresent")) => p,
-        _ => {
-            let image = container.image.as_deref().unwrap_or_default();
-            if with_default_tag(image).ends_with(":latest") {
-                "Always"
-            } else {
-                "IfNotPresent"
-            }
-        }
+        _ => crate::config::defaults::default_pull_policy(
+            container.image.as_deref().unwrap_or_default(),
+        ),
     }
 }
 
@@ -103,6 +98,22 @@ impl ImagePuller {
         }
     }
 
+    /// The local image, unless the policy insists on pulling.
+    async fn use_present(
+        &self,
+        image: &str,
+        policy: &str,
+    ) -> Result<Option<PulledImage>, ImageError> {
+        if policy == "Always" {
+            return Ok(None);
+        }
+        Ok(self.present(image).await?.map(|id| PulledImage {
+            image_ref: id,
+            pulled: false,
+            took: Duration::ZERO,
+        }))
+    }
+
     fn image_lock(&self, image: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut map = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
         map.retain(|_, l| Arc::strong_count(l) > 1);
@@ -117,28 +128,16 @@ impl ImagePuller {
         }
         let image = with_default_tag(raw);
         let policy = pull_policy(container);
-        if policy != "Always"
-            && let Some(id) = self.present(&image).await?
-        {
-            return Ok(PulledImage {
-                image_ref: id,
-                pulled: false,
-                took: Duration::ZERO,
-            });
+        if let Some(found) = self.use_present(&image, policy).await? {
+            return Ok(found);
         }
         if policy == "Never" {
             return Err(ImageError::NeverPull(image));
         }
         let lock = self.image_lock(&image);
         let _same_image = lock.lock().await;
-        if policy != "Always"
-            && let Some(id) = self.present(&image).await?
-        {
-            return Ok(PulledImage {
-                image_ref: id,
-                pulled: false,
-                took: Duration::ZERO,
-            });
+        if let Some(found) = self.use_present(&image, policy).await? {
+            return Ok(found);
         }
         let _slot = self.parallel.acquire().await;
         let started = std::time::Instant::now();
