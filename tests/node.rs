@@ -109,6 +109,38 @@ fn host_network_pod_runs_in_the_node_network() {
 }
 
 #[test]
+fn missing_image_is_reported_and_pulls_back_off() {
+    let _g = serial();
+    let mut k = Kubelet::new("pull");
+    // The test bed points every registry at a closed local port, so this pull fails at once.
+    let manifest = pod_yaml("nopull", "Always", 1, "true")
+        .replace(BUSYBOX, "docker.io/library/krs-no-such-image:1");
+    k.write_manifest("nopull.yaml", &manifest);
+    k.start();
+    let reason = |p: &Value| {
+        container_status(p, "main")["state"]["waiting"]["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let pod = k.wait_pod("nopull", "ErrImagePull", Duration::from_secs(30), |p| {
+        reason(p) == "ErrImagePull"
+    });
+    assert_eq!(phase(&pod), "Pending");
+    let msg = container_status(&pod, "main")["state"]["waiting"]["message"].clone();
+    assert!(
+        msg.as_str()
+            .unwrap_or_default()
+            .contains("krs-no-such-image"),
+        "{msg}"
+    );
+    k.wait_pod("nopull", "ImagePullBackOff", Duration::from_secs(30), |p| {
+        reason(p) == "ImagePullBackOff"
+    });
+    k.cleanup();
+}
+
+#[test]
 fn crashing_container_restarts_with_growing_backoff() {
     let _g = serial();
     let mut k = Kubelet::new("crash");
