@@ -145,8 +145,19 @@ pub fn compute_pod_actions(
         actions.create_sandbox = true;
         actions.sandbox_attempt = newest.map(|s| s.attempt + 1).unwrap_or(0);
         actions.kill_pod = !observed.is_empty();
-        // A Never pod whose sandbox went away after it ran is finished, not restarted.
-        if policy == RestartPolicy::Never && newest.is_some() && !observed.containers.is_empty() {
+        // A Never pod whose sandbox went away after it ran is finished, not restarted; so is
+        // any pod whose regular containers all ran and none of them may run again.
+        let ran = containers(pod)
+            .iter()
+            .any(|c| observed.newest_container(&c.name).is_some());
+        let none_restarts = containers(pod).iter().all(|c| {
+            observed.newest_container(&c.name).is_some_and(|s| {
+                s.state == ContainerState::Exited && !policy.restarts_after(s.exit_code)
+            })
+        });
+        let never_again =
+            policy == RestartPolicy::Never && newest.is_some() && !observed.containers.is_empty();
+        if never_again || (ran && none_restarts) {
             actions.create_sandbox = false;
             actions.pod_finished = true;
             return actions;
@@ -159,8 +170,19 @@ pub fn compute_pod_actions(
     // the rest of the decision treats them as gone.
     let fresh = actions.create_sandbox;
 
-    // Init containers run one at a time, in order, each to success.
+    // Init containers run one at a time, in order, each to success. Once a regular container
+    // exists in the current sandbox the pod counts as initialized, even if the finished init
+    // containers have since been removed.
+    let initialized = !fresh
+        && containers(pod).iter().any(|c| {
+            observed.newest_container(&c.name).is_some_and(|s| {
+                matches!(s.state, ContainerState::Running | ContainerState::Created)
+            })
+        });
     for (index, c) in init_containers(pod).iter().enumerate() {
+        if initialized {
+            break;
+        }
         let current = if fresh {
             None
         } else {
@@ -239,7 +261,8 @@ pub fn compute_pod_actions(
         };
         match s.state {
             ContainerState::Running => {
-                if s.hash != container_hash(c) {
+                // No hash (a container another kubelet created) is adopted as it is.
+                if s.hash.is_some_and(|h| h != container_hash(c)) {
                     actions.kill.push(KillAction {
                         container_id: s.id.clone(),
                         name: c.name.clone(),
@@ -343,7 +366,7 @@ mod tests {
             sandbox_id: "sb0".into(),
             attempt,
             state: ContainerState::Exited,
-            hash: container_hash(&container(name)),
+            hash: Some(container_hash(&container(name))),
             created_at: 1,
             started_at: 1,
             finished_at: finished
@@ -474,6 +497,57 @@ mod tests {
         assert!(a.kill_pod && a.create_sandbox);
         assert_eq!(a.sandbox_attempt, 1);
         assert_eq!(a.start[0].restart_count, 1);
+    }
+
+    #[test]
+    fn finished_on_failure_pod_with_inits_is_not_rerun_after_its_sandbox_stopped() {
+        let p = pod("OnFailure", &["i1"], &["a"]);
+        let obs = ObservedPod {
+            uid: "uid1".into(),
+            sandboxes: vec![sandbox(false, 0)],
+            containers: vec![exited("a", 0, 0, now()), exited("i1", 0, 0, now())],
+            ..Default::default()
+        };
+        let a = compute_pod_actions(&p, &obs, &Backoff::default(), now());
+        assert!(
+            a.pod_finished && !a.create_sandbox && a.start.is_empty(),
+            "{a:?}"
+        );
+    }
+
+    #[test]
+    fn removed_init_records_do_not_rerun_inits_of_a_running_pod() {
+        let p = pod("Always", &["i1"], &["a", "b"]);
+        let obs = ObservedPod {
+            uid: "uid1".into(),
+            sandboxes: vec![sandbox(true, 0)],
+            containers: vec![
+                running("a", 0),
+                exited("b", 0, 1, now() - Duration::from_secs(60)),
+            ],
+            ..Default::default()
+        };
+        let a = compute_pod_actions(&p, &obs, &Backoff::default(), now());
+        assert_eq!(a.start.len(), 1);
+        assert_eq!(
+            (a.start[0].kind, a.start[0].index),
+            (ContainerKind::Regular, 1)
+        );
+    }
+
+    #[test]
+    fn containers_without_our_hash_are_adopted() {
+        let p = pod("Always", &[], &["a"]);
+        let mut c = running("a", 0);
+        c.hash = None;
+        let obs = ObservedPod {
+            uid: "uid1".into(),
+            sandboxes: vec![sandbox(true, 0)],
+            containers: vec![c],
+            ..Default::default()
+        };
+        let a = compute_pod_actions(&p, &obs, &Backoff::default(), now());
+        assert!(a.kill.is_empty() && a.start.is_empty());
     }
 
     #[test]

@@ -57,8 +57,9 @@ pub fn oom_score_adj(qos: QosClass, memory_request: i64, machine_memory: i64) ->
             if machine_memory <= 0 {
                 return 999;
             }
-            let adj = 1000 - (1000 * memory_request) / machine_memory;
-            adj.clamp(2, 999)
+            // i128: a request from a manifest can be any i64.
+            let adj = 1000 - (1000 * memory_request as i128) / machine_memory as i128;
+            adj.clamp(2, 999) as i64
         }
     }
 }
@@ -244,6 +245,7 @@ mod tests {
         assert_eq!(oom_score_adj(QosClass::Burstable, 50, 100), 500);
         assert_eq!(oom_score_adj(QosClass::Burstable, 100, 100), 2);
         assert_eq!(oom_score_adj(QosClass::Burstable, 0, 100), 999);
+        assert_eq!(oom_score_adj(QosClass::Burstable, i64::MAX, 100), 2);
     }
 
     #[test]

@@ -11,7 +11,10 @@ pub const POD_NAME: &str = "io.kubernetes.pod.name";
 pub const POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
 pub const POD_UID: &str = "io.kubernetes.pod.uid";
 pub const CONTAINER_NAME: &str = "io.kubernetes.container.name";
-pub const CONTAINER_HASH: &str = "io.kubernetes.container.hash";
+/// Our own key: upstream hashes a Go-specific dump of the spec under
+/// `io.kubernetes.container.hash`, which we cannot reproduce, so containers it created (a node
+/// switching kubelets) carry no hash of ours and are adopted rather than replaced.
+pub const CONTAINER_HASH: &str = "io.kubelet-rs.container.hash";
 pub const CONTAINER_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
 pub const TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationMessagePath";
 pub const TERMINATION_MESSAGE_POLICY: &str = "io.kubernetes.container.terminationMessagePolicy";
@@ -118,13 +121,11 @@ impl Hasher for Fnv1a {
     }
 }
 
-/// Reads the hash annotation back; a container without one (not ours, or damaged) gets 0,
-/// which never matches a spec and so gets the container replaced.
-pub fn parse_hash(annotations: &std::collections::HashMap<String, String>) -> u64 {
+/// Reads our hash annotation back; None for a container we did not create.
+pub fn parse_hash(annotations: &std::collections::HashMap<String, String>) -> Option<u64> {
     annotations
         .get(CONTAINER_HASH)
         .and_then(|h| u64::from_str_radix(h, 16).ok())
-        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -152,6 +153,6 @@ mod tests {
         let pod = Pod::default();
         let ann: std::collections::HashMap<_, _> =
             container_annotations(&pod, &c, 0).into_iter().collect();
-        assert_eq!(parse_hash(&ann), container_hash(&c));
+        assert_eq!(parse_hash(&ann), Some(container_hash(&c)));
     }
 }

@@ -105,12 +105,15 @@ fn pod_desc(pod: &Pod) -> String {
     )
 }
 
+/// Upstream never stops a container with less than this, so SIGTERM always comes first.
+pub const MIN_GRACE_SECONDS: i64 = 2;
+
 fn grace_seconds(pod: &Pod) -> i64 {
     pod.spec
         .as_ref()
         .and_then(|s| s.termination_grace_period_seconds)
         .unwrap_or(30)
-        .max(0)
+        .max(MIN_GRACE_SECONDS)
 }
 
 impl RuntimeManager {
@@ -304,10 +307,11 @@ impl RuntimeManager {
     fn note_backoffs(&self, pod: &Pod, actions: &PodActions, outcome: &mut SyncOutcome) {
         for wait in &actions.backoff {
             let message = format!(
-                "back-off {} restarting failed container={} pod={}({})",
+                "back-off {} restarting failed container={} pod={}_{}({})",
                 crate::cli::GoDuration(wait.delay),
                 wait.name,
-                pod_desc(pod),
+                pod.metadata.name.as_deref().unwrap_or_default(),
+                pod.metadata.namespace.as_deref().unwrap_or_default(),
                 pod.metadata.uid.as_deref().unwrap_or_default()
             );
             self.events
@@ -598,7 +602,7 @@ impl RuntimeManager {
                 "Killing",
                 &format!("Stopping container {}", c.name),
             );
-            self.cri.stop_container(&c.id, grace)
+            self.cri.stop_container(&c.id, grace.max(MIN_GRACE_SECONDS))
         });
         for r in join_all(stops).await {
             match r {

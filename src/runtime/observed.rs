@@ -42,7 +42,8 @@ pub struct ContainerInfo {
     pub sandbox_id: String,
     pub attempt: u32,
     pub state: ContainerState,
-    pub hash: u64,
+    /// Our spec hash, if this kubelet created the container.
+    pub hash: Option<u64>,
     /// Unix nanoseconds, 0 when not applicable.
     pub created_at: i64,
     pub started_at: i64,

@@ -100,6 +100,8 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, p: &SandboxParams<'_>) -> api::Po
         supplemental_groups: psc
             .and_then(|s| s.supplemental_groups.clone())
             .unwrap_or_default(),
+        // Runtimes refuse privileged containers in an unprivileged sandbox.
+        privileged: has_privileged_container(pod),
         ..Default::default()
     };
     let sysctls = psc
@@ -137,6 +139,21 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, p: &SandboxParams<'_>) -> api::Po
         }),
         ..Default::default()
     }
+}
+
+fn has_privileged_container(pod: &Pod) -> bool {
+    let Some(spec) = pod.spec.as_ref() else {
+        return false;
+    };
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .any(|c| {
+            c.security_context
+                .as_ref()
+                .and_then(|s| s.privileged)
+                .unwrap_or(false)
+        })
 }
 
 pub fn protocol(p: Option<&str>) -> api::Protocol {

@@ -66,6 +66,7 @@ fn container_status(
     spec: &Container,
     input: &PodStatusInput<'_>,
     default_waiting: &str,
+    init: bool,
 ) -> ContainerStatus {
     let newest = input.observed.newest_container(&spec.name);
     let previous = input.observed.previous_container(&spec.name);
@@ -108,13 +109,15 @@ fn container_status(
         ),
     };
     let running = state.running.is_some();
+    // An init container that completed counts as ready, as upstream reports it.
+    let ready = running || init && state.terminated.as_ref().is_some_and(|t| t.exit_code == 0);
     ContainerStatus {
         name: spec.name.clone(),
         image: spec.image.clone().unwrap_or_default(),
         image_id: newest.map(|n| n.image_ref.clone()).unwrap_or_default(),
         container_id: newest.map(|n| format!("{rt}://{}", n.id)),
         restart_count: newest.map(|n| n.attempt as i32).unwrap_or(0),
-        ready: running,
+        ready,
         started: Some(running),
         state: Some(state),
         last_state: Some(last_state.unwrap_or_default()),
@@ -205,11 +208,21 @@ fn condition(
     PodCondition {
         type_: type_.into(),
         status: if ok { "True" } else { "False" }.into(),
-        reason: if ok { None } else { reason.map(str::to_string) },
-        message: if ok { None } else { message },
+        reason: reason.map(str::to_string),
+        message,
         last_transition_time: at.clone(),
         ..Default::default()
     }
+}
+
+/// A regular container that ever ran means the init containers completed at some point.
+fn regular_started(statuses: &[ContainerStatus]) -> bool {
+    statuses.iter().any(|s| {
+        s.container_id.is_some()
+            && s.state
+                .as_ref()
+                .is_some_and(|st| st.running.is_some() || st.terminated.is_some())
+    })
 }
 
 fn succeeded(s: &ContainerStatus) -> bool {
@@ -227,7 +240,7 @@ pub fn generate_pod_status(input: &PodStatusInput<'_>) -> PodStatus {
 
     let init_statuses: Vec<ContainerStatus> = init_specs
         .iter()
-        .map(|c| container_status(c, input, "PodInitializing"))
+        .map(|c| container_status(c, input, "PodInitializing", true))
         .collect();
     let init_done = init_statuses.iter().all(succeeded);
     let default_waiting = if init_done {
@@ -238,10 +251,9 @@ pub fn generate_pod_status(input: &PodStatusInput<'_>) -> PodStatus {
     let statuses: Vec<ContainerStatus> = spec
         .containers
         .iter()
-        .map(|c| container_status(c, input, default_waiting))
+        .map(|c| container_status(c, input, default_waiting, false))
         .collect();
     let phase = pod_phase(policy, &init_statuses, &statuses, 0);
-    let finished = matches!(phase, "Succeeded" | "Failed");
 
     let now = time(input.now);
     let unready: Vec<&str> = statuses
@@ -254,44 +266,41 @@ pub fn generate_pod_status(input: &PodStatusInput<'_>) -> PodStatus {
         .filter(|s| !succeeded(s))
         .map(|s| s.name.as_str())
         .collect();
-    let ready_reason = if finished {
-        "PodCompleted"
-    } else {
-        "ContainersNotReady"
-    };
-    let unready_msg =
-        (!finished).then(|| format!("containers with unready status: [{}]", unready.join(" ")));
     let sandbox_ready = input.observed.newest_sandbox().is_some_and(|s| s.ready);
-    let conditions = vec![
-        condition("PodReadyToStartContainers", sandbox_ready, None, None, &now),
-        condition(
-            "Initialized",
-            init_done || finished && incomplete.is_empty(),
-            Some(if finished {
-                "PodCompleted"
-            } else {
-                "ContainersNotInitialized"
-            }),
+    // Upstream's rules: a terminal pod is never ready (reason PodCompleted or PodFailed, no
+    // message); otherwise readiness lists the unready containers.
+    let (ready, ready_reason, ready_msg) = match phase {
+        "Succeeded" => (false, Some("PodCompleted"), None),
+        "Failed" => (false, Some("PodFailed"), None),
+        _ if unready.is_empty() => (true, None, None),
+        _ => (
+            false,
+            Some("ContainersNotReady"),
+            Some(format!(
+                "containers with unready status: [{}]",
+                unready.join(" ")
+            )),
+        ),
+    };
+    let (initialized, init_reason, init_msg) = if phase == "Succeeded" && !init_specs.is_empty() {
+        (true, Some("PodCompleted"), None)
+    } else if init_done || regular_started(&statuses) {
+        (true, None, None)
+    } else {
+        (
+            false,
+            Some("ContainersNotInitialized"),
             Some(format!(
                 "containers with incomplete status: [{}]",
                 incomplete.join(" ")
             )),
-            &now,
-        ),
-        condition(
-            "Ready",
-            unready.is_empty() && !finished,
-            Some(ready_reason),
-            unready_msg.clone(),
-            &now,
-        ),
-        condition(
-            "ContainersReady",
-            unready.is_empty() && !finished,
-            Some(ready_reason),
-            unready_msg,
-            &now,
-        ),
+        )
+    };
+    let conditions = vec![
+        condition("PodReadyToStartContainers", sandbox_ready, None, None, &now),
+        condition("Initialized", initialized, init_reason, init_msg, &now),
+        condition("Ready", ready, ready_reason, ready_msg.clone(), &now),
+        condition("ContainersReady", ready, ready_reason, ready_msg, &now),
         condition("PodScheduled", true, None, None, &now),
     ];
 
@@ -353,7 +362,7 @@ mod tests {
             sandbox_id: "s".into(),
             attempt,
             state,
-            hash: 0,
+            hash: None,
             created_at: 1,
             started_at: 1_000_000_000,
             finished_at: if state == ContainerState::Exited {
@@ -471,6 +480,29 @@ mod tests {
             &HashMap::new(),
         );
         assert_eq!(s.phase.as_deref(), Some("Succeeded"));
+    }
+
+    #[test]
+    fn terminal_pods_are_not_ready_with_upstream_reasons() {
+        let s = status_of(
+            &pod("Never"),
+            &observed(vec![info(0, ContainerState::Exited, 3)]),
+            &HashMap::new(),
+        );
+        let c = |t: &str| {
+            s.conditions
+                .clone()
+                .unwrap()
+                .into_iter()
+                .find(|c| c.type_ == t)
+                .unwrap()
+        };
+        assert_eq!(
+            (c("Ready").status.as_str(), c("Ready").reason.as_deref()),
+            ("False", Some("PodFailed"))
+        );
+        assert_eq!(c("Ready").message, None);
+        assert_eq!(c("Initialized").status, "True");
     }
 
     #[test]
