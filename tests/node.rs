@@ -322,6 +322,48 @@ fn removed_manifest_stops_the_pod_within_its_grace_period() {
 }
 
 #[test]
+fn edited_manifest_replaces_the_pod_only_after_the_old_one_is_gone() {
+    let _g = serial();
+    let mut k = Kubelet::new("edit");
+    let script = "trap '' TERM; while true; do sleep 1; done";
+    k.write_manifest("edit.yaml", &pod_yaml("edit", "Always", 3, script));
+    k.start();
+    let old = k.wait_pod("edit", "running", Duration::from_secs(60), |p| {
+        running(p, "main")
+    });
+    let old_uid = old["metadata"]["uid"].clone();
+    k.write_manifest(
+        "edit.yaml",
+        &pod_yaml("edit", "Always", 3, &format!("echo v2; {script}")),
+    );
+    let full = format!("edit-{NODE}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut replaced = None;
+    while Instant::now() < deadline {
+        let same_name: Vec<Value> = k
+            .pods()
+            .into_iter()
+            .filter(|p| p["metadata"]["name"] == full.as_str())
+            .collect();
+        assert!(
+            same_name.len() <= 1,
+            "old and new pod ran side by side: {same_name:?}"
+        );
+        if let Some(p) = same_name.first()
+            && p["metadata"]["uid"] != old_uid
+            && running(p, "main")
+        {
+            replaced = Some(p.clone());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let new = replaced.unwrap_or_else(|| panic!("pod never replaced\n{}", tail(&k.log(), 40)));
+    assert_eq!(container_status(&new, "main")["restartCount"], 0);
+    k.cleanup();
+}
+
+#[test]
 fn kubelet_restart_leaves_running_containers_untouched() {
     let _g = serial();
     let mut k = Kubelet::new("restart");

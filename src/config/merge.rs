@@ -53,7 +53,17 @@ impl PodConfig {
     /// True once every configured source delivered its first set. Until then the kubelet
     /// must not treat unknown running pods as orphans.
     pub fn sources_ready(&self) -> bool {
-        *self.ready.borrow()
+        self.expected.is_subset(&self.seen_sources)
+    }
+
+    /// Tells watchers that every source has spoken. Called only after the events of the
+    /// completing update were delivered, so nobody sees "ready" while a pod is still in flight
+    /// (the sync loop would take its running containers for orphans).
+    pub fn publish_ready(&self) {
+        if self.sources_ready() && !*self.ready.borrow() {
+            info!(sources = ?self.expected, "All pod sources are ready");
+            self.ready.send_replace(true);
+        }
     }
 
     /// Follows [`PodConfig::sources_ready`].
@@ -161,11 +171,6 @@ impl PodConfig {
         if !self.expected.contains(source) {
             warn!(source, "Update from a source that was not configured");
         }
-        let ready = self.expected.is_subset(&self.seen_sources);
-        if ready && !*self.ready.borrow() {
-            info!(sources = ?self.expected, "All pod sources are ready");
-            self.ready.send_replace(true);
-        }
     }
 }
 
@@ -220,6 +225,7 @@ pub async fn run_pod_config(
                 sent = out.send(event) => if sent.is_err() { return },
             }
         }
+        config.publish_ready();
     }
 }
 
@@ -386,6 +392,11 @@ mod tests {
         assert!(c.seen_source("file"));
         c.apply(set("api", vec![]));
         assert!(c.sources_ready());
+        assert!(
+            !*rx.borrow_and_update(),
+            "published before the events went out"
+        );
+        c.publish_ready();
         assert!(*rx.borrow_and_update());
         assert!(PodConfig::new(&[]).sources_ready());
     }

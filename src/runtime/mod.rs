@@ -300,7 +300,7 @@ impl RuntimeManager {
             )
             .await;
         }
-        self.prune_dead_containers(pod, observed).await;
+        self.prune_dead(pod, observed).await;
         Ok(outcome)
     }
 
@@ -551,7 +551,22 @@ impl RuntimeManager {
     }
 
     /// Keeps the newest attempt of each container plus one dead one (for `lastState` and
-    /// `logs --previous`); older attempts and their log files go, so restarts do not pile up.
+    /// `logs --previous`), and the newest sandbox; older attempts with their log files, and
+    /// dead sandboxes nothing refers to any more, go, so restarts do not pile up.
+    async fn prune_dead(&self, pod: &Pod, observed: &ObservedPod) {
+        self.prune_dead_containers(pod, observed).await;
+        let newest = observed.newest_sandbox().map(|s| s.id.as_str());
+        for sb in observed.sandboxes.iter().filter(|s| !s.ready) {
+            let in_use = observed.containers.iter().any(|c| c.sandbox_id == sb.id);
+            if Some(sb.id.as_str()) == newest || in_use {
+                continue;
+            }
+            if let Err(e) = self.cri.remove_pod_sandbox(&sb.id).await {
+                warn!(sandbox = %sb.id, err = %e, "Failed to remove dead sandbox");
+            }
+        }
+    }
+
     async fn prune_dead_containers(&self, pod: &Pod, observed: &ObservedPod) {
         let mut seen: HashMap<&str, usize> = HashMap::new();
         let mut doomed = Vec::new();
@@ -643,7 +658,6 @@ impl RuntimeManager {
             let dir = paths::pod_log_dir(&self.settings.logs_root, namespace, name, uid);
             remove_dir_if_present(&dir).await?;
         }
-        remove_dir_if_present(&paths::pod_dir(&self.settings.root_dir, uid)).await?;
         let cgroups = self.cgroups.clone();
         let uid = uid.to_string();
         tokio::task::spawn_blocking(move || cgroups.remove_pod_cgroup(&uid))

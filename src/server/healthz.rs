@@ -8,13 +8,23 @@ use std::collections::HashMap;
 use super::ServerState;
 
 const CHECKS: &[&str] = &["ping", "log", "syncloop"];
+/// Upstream's PLEG health threshold.
+const PLEG_DEADLINE: std::time::Duration = std::time::Duration::from_secs(180);
 
 fn run_check(name: &str, state: &ServerState) -> Option<Result<(), String>> {
     Some(match name {
         "ping" | "log" => Ok(()),
-        "syncloop" => match state.sync_health.since_last_iteration() {
-            Some(idle) if idle > state.sync_loop_deadline => Err(format!(
+        // The loop is only useful while the PLEG sees the runtime, so a stalled relist fails
+        // this check too.
+        "syncloop" => match (
+            state.sync_health.since_last_iteration(),
+            state.pleg_health.since_last_relist(),
+        ) {
+            (Some(idle), _) if idle > state.sync_loop_deadline => Err(format!(
                 "sync Loop took longer than expected: last iteration {idle:?} ago"
+            )),
+            (_, Some(stale)) if stale > PLEG_DEADLINE => Err(format!(
+                "PLEG is not healthy: pleg was last seen active {stale:?} ago"
             )),
             _ => Ok(()),
         },

@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
-use crate::config::PodUpdate;
+use crate::config::{PodUpdate, pod_full_name};
 use crate::pleg::RuntimePods;
 use worker::{Desired, WorkerContext, WorkerHandle};
 
@@ -67,9 +67,10 @@ fn grace_of(pod: &Pod) -> i64 {
 
 pub struct SyncLoop {
     workers: HashMap<String, WorkerHandle>,
-    /// Specs that arrived for a UID whose worker is still tearing the old pod down (a manifest
-    /// removed and put back): started once the teardown finishes.
-    readded: HashMap<String, Arc<Pod>>,
+    /// Pods waiting for an older pod of the same full name (or UID) to finish terminating: an
+    /// edited static pod manifest gets a new UID, and the new pod must not run beside the old
+    /// one (they would fight over host ports and data). Keyed by full name.
+    parked: HashMap<String, Arc<Pod>>,
     ctx: Arc<WorkerContext>,
     done_rx: mpsc::Receiver<String>,
     health: Arc<SyncLoopHealth>,
@@ -93,7 +94,7 @@ impl SyncLoop {
         let (runtime, status) = ctx_parts;
         SyncLoop {
             workers: HashMap::new(),
-            readded: HashMap::new(),
+            parked: HashMap::new(),
             ctx: Arc::new(WorkerContext {
                 runtime,
                 status,
@@ -117,20 +118,26 @@ impl SyncLoop {
         self.workers.insert(uid, handle);
     }
 
+    fn terminating_named(&self, full_name: &str) -> bool {
+        self.workers
+            .values()
+            .any(|w| w.is_terminating() && w.full_name() == full_name)
+    }
+
     fn handle_update(&mut self, update: PodUpdate) {
         match update {
             PodUpdate::Add(pods) | PodUpdate::Update(pods) => {
                 for pod in pods {
                     let uid = uid_of(&pod);
-                    match self.workers.get_mut(&uid) {
-                        Some(w) if w.is_terminating() => {
-                            self.readded.insert(uid, pod);
-                        }
-                        Some(w) => w.update(Desired::Run(pod)),
-                        None => {
-                            info!(pod = %pod.metadata.name.as_deref().unwrap_or_default(), %uid, "Pod added");
-                            self.spawn(uid, Desired::Run(pod));
-                        }
+                    let full_name = pod_full_name(&pod);
+                    if let Some(w) = self.workers.get_mut(&uid).filter(|w| !w.is_terminating()) {
+                        w.update(Desired::Run(pod));
+                    } else if self.terminating_named(&full_name) {
+                        info!(pod = %full_name, %uid, "Waiting for the previous pod of this name to terminate");
+                        self.parked.insert(full_name, pod);
+                    } else {
+                        info!(pod = %full_name, %uid, "Pod added");
+                        self.spawn(uid, Desired::Run(pod));
                     }
                 }
             }
@@ -138,8 +145,16 @@ impl SyncLoop {
                 for pod in pods {
                     let uid = uid_of(&pod);
                     let grace = grace_of(&pod);
-                    info!(pod = %pod.metadata.name.as_deref().unwrap_or_default(), %uid, grace, "Pod removed, terminating");
-                    self.readded.remove(&uid);
+                    let full_name = pod_full_name(&pod);
+                    info!(pod = %full_name, %uid, grace, "Pod removed, terminating");
+                    if self
+                        .parked
+                        .get(&full_name)
+                        .is_some_and(|p| uid_of(p) == uid)
+                    {
+                        self.parked.remove(&full_name);
+                        continue;
+                    }
                     let desired = Desired::Terminate { pod, grace };
                     match self.workers.get_mut(&uid) {
                         Some(w) => w.update(desired),
@@ -147,6 +162,21 @@ impl SyncLoop {
                     }
                 }
             }
+        }
+    }
+
+    fn worker_done(&mut self, uid: &str) {
+        let Some(w) = self.workers.get(uid).filter(|w| w.is_terminating()) else {
+            return;
+        };
+        let full_name = w.full_name().to_string();
+        self.workers.remove(uid);
+        debug!(%uid, "Pod worker finished");
+        if !self.terminating_named(&full_name)
+            && let Some(pod) = self.parked.remove(&full_name)
+        {
+            info!(pod = %full_name, uid = %uid_of(&pod), "Previous pod terminated, starting");
+            self.spawn(uid_of(&pod), Desired::Run(pod));
         }
     }
 
@@ -190,17 +220,14 @@ impl SyncLoop {
                         w.poke();
                     }
                 }
-                Some(uid) = self.done_rx.recv() => {
-                    if self.workers.get(&uid).is_some_and(|w| w.is_terminating()) {
-                        self.workers.remove(&uid);
-                        debug!(%uid, "Pod worker finished");
-                        if let Some(pod) = self.readded.remove(&uid) {
-                            self.spawn(uid, Desired::Run(pod));
-                        }
-                    }
-                }
+                Some(uid) = self.done_rx.recv() => self.worker_done(&uid),
                 _ = housekeeping.tick() => {
                     if *inputs.sources_ready.borrow() {
+                        // Updates queued before readiness was published must be known first,
+                        // or their running containers would look like orphans.
+                        while let Ok(update) = inputs.pod_updates.try_recv() {
+                            self.handle_update(update);
+                        }
                         let pods = inputs.runtime_pods.borrow().clone();
                         self.cleanup_orphans(&pods);
                     }

@@ -35,6 +35,7 @@ pub struct WorkerContext {
 const RETRY_AFTER_ERROR: Duration = Duration::from_secs(5);
 
 pub struct WorkerHandle {
+    full_name: String,
     desired: watch::Sender<Desired>,
     poke: mpsc::Sender<()>,
     terminating: bool,
@@ -48,12 +49,16 @@ impl WorkerHandle {
         cancel: CancellationToken,
     ) -> Self {
         let terminating = matches!(desired, Desired::Terminate { .. });
+        let full_name = match &desired {
+            Desired::Run(pod) | Desired::Terminate { pod, .. } => crate::config::pod_full_name(pod),
+        };
         let (desired_tx, desired_rx) = watch::channel(desired);
         // Capacity 1: pokes coalesce, a pending one is as good as many.
         let (poke_tx, poke_rx) = mpsc::channel(1);
         let span = info_span!("pod_worker", pod_uid = %uid);
         tokio::spawn(run(uid, desired_rx, poke_rx, ctx, cancel).instrument(span));
         WorkerHandle {
+            full_name,
             desired: desired_tx,
             poke: poke_tx,
             terminating,
@@ -71,6 +76,10 @@ impl WorkerHandle {
 
     pub fn poke(&self) {
         let _ = self.poke.try_send(());
+    }
+
+    pub fn full_name(&self) -> &str {
+        &self.full_name
     }
 
     pub fn is_terminating(&self) -> bool {
@@ -150,20 +159,24 @@ async fn sync_once(
     start_time: SystemTime,
 ) -> Result<SyncOutcome, crate::runtime::RuntimeError> {
     let observed = ctx.runtime.pod_status(uid).await?;
-    let outcome = ctx.runtime.sync_pod(pod, &observed, backoff).await?;
+    let result = ctx.runtime.sync_pod(pod, &observed, backoff).await;
+    // The status is published even when the sync failed (say, the sandbox could not be
+    // created), so the pod is visible with its containers waiting.
+    let no_waiting = Default::default();
+    let waiting = result.as_ref().map(|o| &o.waiting).unwrap_or(&no_waiting);
     // Status from the state before this sync's actions: whatever they changed comes back as a
     // PLEG event within a relist period and is reported on the next sync.
     let status = generate_pod_status(&PodStatusInput {
         pod,
         observed: &observed,
-        waiting: &outcome.waiting,
+        waiting,
         start_time,
         node_ip: &ctx.runtime.settings().node_ip,
         runtime_name: &ctx.runtime_name,
         now: SystemTime::now(),
     });
     ctx.status.set(uid, pod.clone(), status);
-    Ok(outcome)
+    result
 }
 
 #[tracing::instrument(name = "terminate_pod", skip_all, fields(grace))]
