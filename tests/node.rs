@@ -141,6 +141,64 @@ fn missing_image_is_reported_and_pulls_back_off() {
 }
 
 #[test]
+fn volumes_and_termination_message() {
+    let _g = serial();
+    let mut k = Kubelet::new("volumes");
+    let host_dir = k.dir.path().join("hostdata");
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: vols
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - name: shared
+    emptyDir: {{}}
+  - name: host
+    hostPath:
+      path: {host}
+      type: DirectoryOrCreate
+  initContainers:
+  - name: writer
+    image: {BUSYBOX}
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "echo from-init > /shared/note"]
+    volumeMounts:
+    - name: shared
+      mountPath: /shared
+  containers:
+  - name: main
+    image: {BUSYBOX}
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "cat /shared/note > /host/out/copied; echo bye > /dev/termination-log"]
+    volumeMounts:
+    - name: shared
+      mountPath: /shared
+      readOnly: true
+    - name: host
+      mountPath: /host/out
+"#,
+        host = host_dir.display()
+    );
+    k.write_manifest("vols.yaml", &manifest);
+    k.start();
+    let pod = k.wait_pod("vols", "Succeeded", Duration::from_secs(60), |p| phase(p) == "Succeeded");
+    let t = &container_status(&pod, "main")["state"]["terminated"];
+    assert_eq!(t["exitCode"], 0, "{pod}");
+    assert_eq!(t["message"], "bye\n", "{pod}");
+    let copied = std::fs::read_to_string(host_dir.join("copied")).expect("hostPath file");
+    assert_eq!(copied, "from-init\n");
+    let uid = pod["metadata"]["uid"].as_str().unwrap().to_string();
+    let pod_dir = k.root_dir.join("pods").join(&uid);
+    assert!(pod_dir.exists());
+    k.cleanup();
+    assert!(!pod_dir.exists(), "pod folder left behind");
+    assert!(host_dir.join("copied").exists(), "hostPath data must survive the pod");
+}
+
+#[test]
 fn crashing_container_restarts_with_growing_backoff() {
     let _g = serial();
     let mut k = Kubelet::new("crash");

@@ -11,6 +11,7 @@ pub mod labels;
 pub mod observed;
 pub mod paths;
 pub mod sandbox;
+pub mod volumes;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -207,9 +208,13 @@ impl RuntimeManager {
         let statuses = join_all(containers.iter().map(|c| self.cri.container_status(&c.id))).await;
         for (c, status) in containers.iter().zip(statuses) {
             match status {
-                Ok(s) => observed
-                    .containers
-                    .push(ContainerInfo::from_status(&s, &c.pod_sandbox_id)),
+                Ok(s) => {
+                    let mut info = ContainerInfo::from_status(&s, &c.pod_sandbox_id);
+                    if info.state == ContainerState::Exited {
+                        info.message = termination_message(&s, info.exit_code);
+                    }
+                    observed.containers.push(info);
+                }
                 // Removed between the list and the status call: it simply is not there.
                 Err(e) if e.is_not_found() => {}
                 Err(e) => return Err(cri("ContainerStatus")(e)),
@@ -514,6 +519,11 @@ impl RuntimeManager {
                 RETRY_AFTER_ERROR,
             )
         })?;
+        let mut config = config;
+        config.mounts = self
+            .prepare_mounts(pod, container, start.restart_count)
+            .await
+            .map_err(|e| ("CreateContainerConfigError", e, RETRY_AFTER_ERROR))?;
 
         let log_dir = PathBuf::from(&sandbox_config.log_directory).join(&container.name);
         tokio::fs::create_dir_all(&log_dir).await.map_err(|e| {
@@ -548,6 +558,22 @@ impl RuntimeManager {
             &format!("Started container {}", container.name),
         );
         Ok(())
+    }
+
+    async fn prepare_mounts(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        restart_count: u32,
+    ) -> Result<Vec<api::Mount>, String> {
+        let (pod, container) = (pod.clone(), container.clone());
+        let root = self.settings.root_dir.clone();
+        tokio::task::spawn_blocking(move || {
+            volumes::container_mounts(&pod, &container, &root, restart_count)
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
     }
 
     /// Keeps the newest attempt of each container plus one dead one (for `lastState` and
@@ -658,6 +684,14 @@ impl RuntimeManager {
             let dir = paths::pod_log_dir(&self.settings.logs_root, namespace, name, uid);
             remove_dir_if_present(&dir).await?;
         }
+        let root = self.settings.root_dir.clone();
+        let owned_uid = uid.to_string();
+        let removed =
+            tokio::task::spawn_blocking(move || volumes::remove_pod_dir(&root, &owned_uid)).await;
+        if let Ok(Err(err)) = removed {
+            // Left for a later cleanup rather than retried forever: data may be mounted there.
+            warn!(pod_uid = %uid, %err, "Could not remove the pod folder");
+        }
         let cgroups = self.cgroups.clone();
         let uid = uid.to_string();
         tokio::task::spawn_blocking(move || cgroups.remove_pod_cgroup(&uid))
@@ -665,6 +699,27 @@ impl RuntimeManager {
             .map_err(|e| RuntimeError::Blocking(e.to_string()))??;
         Ok(())
     }
+}
+
+/// The message an exited container leaves: its termination-message file, or with
+/// FallbackToLogsOnError and a failure, the end of its log.
+fn termination_message(status: &api::ContainerStatus, exit_code: i32) -> String {
+    let ann = &status.annotations;
+    let target = ann
+        .get(labels::TERMINATION_MESSAGE_PATH)
+        .map(String::as_str)
+        .unwrap_or("/dev/termination-log");
+    if let Some(msg) = volumes::read_termination_message(status, target) {
+        return msg;
+    }
+    let fallback = ann
+        .get(labels::TERMINATION_MESSAGE_POLICY)
+        .map(String::as_str)
+        == Some("FallbackToLogsOnError");
+    if fallback && exit_code != 0 {
+        return volumes::message_from_log(&status.log_path).unwrap_or_default();
+    }
+    status.message.clone()
 }
 
 async fn remove_dir_if_present(dir: &std::path::Path) -> Result<(), RuntimeError> {

@@ -1,0 +1,428 @@
+//! Volumes the kubelet can provide without an API server: hostPath and emptyDir (on disk or
+//! in memory), plus the per-container termination-message file. Everything is prepared on
+//! the host and handed to the runtime as bind mounts.
+
+use std::path::{Component, Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{Container, Pod, Volume};
+
+use crate::cri::api;
+use crate::runtime::paths;
+
+#[derive(Debug, thiserror::Error)]
+pub enum VolumeError {
+    #[error("volume {volume:?}: {kind} volumes are not supported by this version of kubelet-rs")]
+    Unsupported { volume: String, kind: &'static str },
+    #[error("volume {volume:?}: hostPath {path} {problem}")]
+    HostPath {
+        volume: String,
+        path: String,
+        problem: String,
+    },
+    #[error("volumeMount {mount:?}: invalid subPath {sub_path:?}")]
+    SubPath { mount: String, sub_path: String },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> VolumeError + '_ {
+    move |source| VolumeError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Where an emptyDir lives on the host, as upstream lays it out.
+pub fn empty_dir_path(pod_dir: &Path, volume: &str) -> PathBuf {
+    pod_dir
+        .join("volumes")
+        .join("kubernetes.io~empty-dir")
+        .join(volume)
+}
+
+fn volume_kind(v: &Volume) -> &'static str {
+    match v {
+        v if v.config_map.is_some() => "configMap",
+        v if v.secret.is_some() => "secret",
+        v if v.projected.is_some() => "projected",
+        v if v.downward_api.is_some() => "downwardAPI",
+        v if v.persistent_volume_claim.is_some() => "persistentVolumeClaim",
+        v if v.csi.is_some() => "csi",
+        v if v.nfs.is_some() => "nfs",
+        v if v.ephemeral.is_some() => "ephemeral",
+        v if v.image.is_some() => "image",
+        _ => "this kind of",
+    }
+}
+
+/// Checks or creates a hostPath per its `type`, like upstream's hostPath type checker.
+fn prepare_host_path(volume: &str, path: &str, kind: &str) -> Result<(), VolumeError> {
+    let p = Path::new(path);
+    let bad = |problem: &str| VolumeError::HostPath {
+        volume: volume.to_string(),
+        path: path.to_string(),
+        problem: problem.to_string(),
+    };
+    let meta = std::fs::metadata(p);
+    use std::os::unix::fs::FileTypeExt;
+    match kind {
+        "" => Ok(()),
+        "DirectoryOrCreate" => match meta {
+            Ok(m) if m.is_dir() => Ok(()),
+            Ok(_) => Err(bad("is not a directory")),
+            Err(_) => std::fs::create_dir_all(p).map_err(io(p)),
+        },
+        "FileOrCreate" => match meta {
+            Ok(m) if m.is_file() => Ok(()),
+            Ok(_) => Err(bad("is not a file")),
+            Err(_) => {
+                if let Some(parent) = p.parent() {
+                    std::fs::create_dir_all(parent).map_err(io(parent))?;
+                }
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)
+                    .map(|_| ())
+                    .map_err(io(p))
+            }
+        },
+        _ => {
+            let m = meta.map_err(|_| bad("does not exist"))?;
+            let ft = m.file_type();
+            let ok = match kind {
+                "Directory" => ft.is_dir(),
+                "File" => ft.is_file(),
+                "Socket" => ft.is_socket(),
+                "CharDevice" => ft.is_char_device(),
+                "BlockDevice" => ft.is_block_device(),
+                _ => return Err(bad(&format!("has unknown type {kind:?}"))),
+            };
+            if ok {
+                Ok(())
+            } else {
+                Err(bad(&format!("is not a {kind}")))
+            }
+        }
+    }
+}
+
+fn is_mount_point(path: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let wanted = path.to_string_lossy();
+    text.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .any(|mp| mp == wanted)
+}
+
+/// An emptyDir with medium Memory is a tmpfs of its own, so its contents never touch disk.
+fn mount_tmpfs(path: &Path) -> Result<(), VolumeError> {
+    if is_mount_point(path) {
+        return Ok(());
+    }
+    let c = |s: &str| std::ffi::CString::new(s).unwrap_or_default();
+    let target = c(&path.to_string_lossy());
+    let fstype = c("tmpfs");
+    // SAFETY: all pointers are valid NUL-terminated strings for the duration of the call.
+    let rc = unsafe {
+        libc::mount(
+            fstype.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        return Err(VolumeError::Io {
+            path: path.to_path_buf(),
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    Ok(())
+}
+
+fn prepare_empty_dir(pod_dir: &Path, v: &Volume) -> Result<PathBuf, VolumeError> {
+    let dir = empty_dir_path(pod_dir, &v.name);
+    std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+    let memory = v
+        .empty_dir
+        .as_ref()
+        .and_then(|e| e.medium.as_deref())
+        .is_some_and(|m| m == "Memory");
+    if memory {
+        mount_tmpfs(&dir)?;
+    }
+    Ok(dir)
+}
+
+/// A subPath must stay inside its volume.
+fn join_sub_path(base: &Path, mount: &str, sub_path: &str) -> Result<PathBuf, VolumeError> {
+    let sub = Path::new(sub_path);
+    let escapes = sub.is_absolute()
+        || sub
+            .components()
+            .any(|c| matches!(c, Component::ParentDir | Component::Prefix(_)));
+    if escapes {
+        return Err(VolumeError::SubPath {
+            mount: mount.to_string(),
+            sub_path: sub_path.to_string(),
+        });
+    }
+    Ok(base.join(sub))
+}
+
+fn propagation(mode: Option<&str>) -> api::MountPropagation {
+    match mode {
+        Some("HostToContainer") => api::MountPropagation::PropagationHostToContainer,
+        Some("Bidirectional") => api::MountPropagation::PropagationBidirectional,
+        _ => api::MountPropagation::PropagationPrivate,
+    }
+}
+
+/// The bind mounts for one container: its volumeMounts, then the termination-message file.
+/// Blocking (filesystem work); call it off the async threads.
+pub fn container_mounts(
+    pod: &Pod,
+    container: &Container,
+    root_dir: &Path,
+    restart_count: u32,
+) -> Result<Vec<api::Mount>, VolumeError> {
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    let pod_dir = paths::pod_dir(root_dir, uid);
+    let volumes = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_deref())
+        .unwrap_or(&[]);
+    let mut mounts = Vec::new();
+    for m in container.volume_mounts.iter().flatten() {
+        // Validation guarantees the volume exists; a missing one is simply not mounted.
+        let Some(v) = volumes.iter().find(|v| v.name == m.name) else {
+            continue;
+        };
+        let base = if let Some(hp) = &v.host_path {
+            prepare_host_path(&v.name, &hp.path, hp.type_.as_deref().unwrap_or(""))?;
+            PathBuf::from(&hp.path)
+        } else if v.empty_dir.is_some() {
+            prepare_empty_dir(&pod_dir, v)?
+        } else {
+            return Err(VolumeError::Unsupported {
+                volume: v.name.clone(),
+                kind: volume_kind(v),
+            });
+        };
+        let host = match m.sub_path.as_deref().filter(|s| !s.is_empty()) {
+            Some(sub) => {
+                let p = join_sub_path(&base, &m.name, sub)?;
+                if !p.exists() {
+                    std::fs::create_dir_all(&p).map_err(io(&p))?;
+                }
+                p
+            }
+            None => base,
+        };
+        mounts.push(api::Mount {
+            container_path: m.mount_path.clone(),
+            host_path: host.to_string_lossy().into_owned(),
+            readonly: m.read_only.unwrap_or(false),
+            propagation: propagation(m.mount_propagation.as_deref()) as i32,
+            ..Default::default()
+        });
+    }
+    if let Some(target) = container
+        .termination_message_path
+        .as_deref()
+        .filter(|p| !p.is_empty())
+    {
+        let dir = pod_dir.join("containers").join(&container.name);
+        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        let file = dir.join(format!("{restart_count:08x}"));
+        std::fs::write(&file, b"").map_err(io(&file))?;
+        mounts.push(api::Mount {
+            container_path: target.to_string(),
+            host_path: file.to_string_lossy().into_owned(),
+            ..Default::default()
+        });
+    }
+    Ok(mounts)
+}
+
+/// Upstream caps the termination message at 4 KiB.
+pub const MAX_TERMINATION_MESSAGE: u64 = 4096;
+
+/// The termination message a container left in its mounted file, if any.
+pub fn read_termination_message(status: &api::ContainerStatus, target: &str) -> Option<String> {
+    use std::io::Read;
+    let mount = status.mounts.iter().find(|m| m.container_path == target)?;
+    let mut buf = Vec::new();
+    std::fs::File::open(&mount.host_path)
+        .ok()?
+        .take(MAX_TERMINATION_MESSAGE)
+        .read_to_end(&mut buf)
+        .ok()?;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    (!text.is_empty()).then_some(text)
+}
+
+/// Upstream's fallback: the end of the container's log (at most 80 lines, 2 KiB), used as the
+/// message when the container failed without writing one and asked for FallbackToLogsOnError.
+pub fn message_from_log(log_path: &str) -> Option<String> {
+    const MAX_BYTES: usize = 2048;
+    const MAX_LINES: usize = 80;
+    let text = std::fs::read_to_string(log_path).ok()?;
+    let lines: Vec<&str> = text
+        .lines()
+        // CRI log lines: <time> <stream> <P|F> <content>
+        .filter_map(|l| l.splitn(4, ' ').nth(3))
+        .collect();
+    let mut out = lines[lines.len().saturating_sub(MAX_LINES)..].join("\n");
+    if out.len() > MAX_BYTES {
+        let mut cut = out.len() - MAX_BYTES;
+        while !out.is_char_boundary(cut) {
+            cut += 1;
+        }
+        out = out[cut..].to_string();
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// Unmounts in-memory emptyDirs and removes the pod's folder, refusing to descend into any
+/// other mount (a volume still mounted there must not have its contents deleted).
+pub fn remove_pod_dir(root_dir: &Path, uid: &str) -> Result<(), VolumeError> {
+    let pod_dir = paths::pod_dir(root_dir, uid);
+    if !pod_dir.exists() {
+        return Ok(());
+    }
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let prefix = format!("{}/", pod_dir.to_string_lossy());
+    let mounted: Vec<PathBuf> = mountinfo
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|mp| mp.starts_with(&prefix))
+        .map(PathBuf::from)
+        .collect();
+    let empty_dirs = pod_dir.join("volumes").join("kubernetes.io~empty-dir");
+    for mp in &mounted {
+        if mp.parent() != Some(empty_dirs.as_path()) {
+            return Err(VolumeError::HostPath {
+                volume: String::new(),
+                path: mp.to_string_lossy().into_owned(),
+                problem: "is still mounted; the pod folder is left in place".into(),
+            });
+        }
+        let target = std::ffi::CString::new(mp.to_string_lossy().as_bytes()).unwrap_or_default();
+        // SAFETY: target is a valid NUL-terminated path.
+        if unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) } != 0 {
+            return Err(VolumeError::Io {
+                path: mp.clone(),
+                source: std::io::Error::last_os_error(),
+            });
+        }
+    }
+    std::fs::remove_dir_all(&pod_dir).map_err(io(&pod_dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        EmptyDirVolumeSource, HostPathVolumeSource, PodSpec, VolumeMount,
+    };
+
+    fn pod_with(volumes: Vec<Volume>) -> Pod {
+        let mut pod = Pod::default();
+        pod.metadata.uid = Some("u1".into());
+        pod.spec = Some(PodSpec {
+            volumes: Some(volumes),
+            ..Default::default()
+        });
+        pod
+    }
+
+    fn mount(name: &str, path: &str, sub: Option<&str>) -> VolumeMount {
+        VolumeMount {
+            name: name.into(),
+            mount_path: path.into(),
+            sub_path: sub.map(str::to_string),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn host_path_and_empty_dir_become_bind_mounts() {
+        let root = tempfile::tempdir().unwrap();
+        let host = root.path().join("data");
+        let pod = pod_with(vec![
+            Volume {
+                name: "data".into(),
+                host_path: Some(HostPathVolumeSource {
+                    path: host.to_string_lossy().into(),
+                    type_: Some("DirectoryOrCreate".into()),
+                }),
+                ..Default::default()
+            },
+            Volume {
+                name: "scratch".into(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Default::default()
+            },
+        ]);
+        let c = Container {
+            name: "c".into(),
+            volume_mounts: Some(vec![
+                mount("data", "/data", None),
+                mount("scratch", "/tmp/s", Some("x/y")),
+            ]),
+            termination_message_path: Some("/dev/termination-log".into()),
+            ..Default::default()
+        };
+        let mounts = container_mounts(&pod, &c, root.path(), 3).unwrap();
+        assert_eq!(mounts.len(), 3);
+        assert!(host.is_dir(), "DirectoryOrCreate did not create the folder");
+        assert_eq!(mounts[0].host_path, host.to_string_lossy());
+        let scratch = empty_dir_path(&paths::pod_dir(root.path(), "u1"), "scratch").join("x/y");
+        assert!(scratch.is_dir());
+        assert_eq!(mounts[2].container_path, "/dev/termination-log");
+        assert!(mounts[2].host_path.ends_with("containers/c/00000003"));
+        remove_pod_dir(root.path(), "u1").unwrap();
+        assert!(!paths::pod_dir(root.path(), "u1").exists());
+        assert!(host.is_dir(), "hostPath data must survive pod removal");
+    }
+
+    #[test]
+    fn host_path_types_are_checked() {
+        let root = tempfile::tempdir().unwrap();
+        let missing = root.path().join("nope");
+        let err = prepare_host_path("v", &missing.to_string_lossy(), "Directory").unwrap_err();
+        assert!(err.to_string().contains("does not exist"), "{err}");
+        let file = root.path().join("f");
+        prepare_host_path("v", &file.to_string_lossy(), "FileOrCreate").unwrap();
+        assert!(file.is_file());
+        assert!(prepare_host_path("v", &file.to_string_lossy(), "Directory").is_err());
+    }
+
+    #[test]
+    fn sub_path_cannot_escape_and_unsupported_volumes_are_named() {
+        assert!(join_sub_path(Path::new("/v"), "m", "../etc").is_err());
+        assert!(join_sub_path(Path::new("/v"), "m", "/etc").is_err());
+        let pod = pod_with(vec![Volume {
+            name: "cfg".into(),
+            config_map: Some(Default::default()),
+            ..Default::default()
+        }]);
+        let c = Container {
+            name: "c".into(),
+            volume_mounts: Some(vec![mount("cfg", "/cfg", None)]),
+            ..Default::default()
+        };
+        let err = container_mounts(&pod, &c, Path::new("/nonexistent"), 0).unwrap_err();
+        assert!(err.to_string().contains("configMap"), "{err}");
+    }
+}
