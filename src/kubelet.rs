@@ -208,6 +208,9 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
                 host: dns::load_host_resolv_conf(std::path::Path::new(&cfg.resolv_conf)),
             },
             machine_memory: machine_memory_bytes(),
+            machine_cpu_millis: std::thread::available_parallelism()
+                .map(|n| n.get() as i64 * 1000)
+                .unwrap_or(1000),
             cgroup_options,
             runtime_handler: String::new(),
         },

@@ -184,7 +184,9 @@ spec:
     );
     k.write_manifest("vols.yaml", &manifest);
     k.start();
-    let pod = k.wait_pod("vols", "Succeeded", Duration::from_secs(60), |p| phase(p) == "Succeeded");
+    let pod = k.wait_pod("vols", "Succeeded", Duration::from_secs(60), |p| {
+        phase(p) == "Succeeded"
+    });
     let t = &container_status(&pod, "main")["state"]["terminated"];
     assert_eq!(t["exitCode"], 0, "{pod}");
     assert_eq!(t["message"], "bye\n", "{pod}");
@@ -195,7 +197,59 @@ spec:
     assert!(pod_dir.exists());
     k.cleanup();
     assert!(!pod_dir.exists(), "pod folder left behind");
-    assert!(host_dir.join("copied").exists(), "hostPath data must survive the pod");
+    assert!(
+        host_dir.join("copied").exists(),
+        "hostPath data must survive the pod"
+    );
+}
+
+#[test]
+fn security_context_and_downward_env_are_applied() {
+    let _g = serial();
+    let mut k = Kubelet::new("secctx");
+    let pod = |name: &str, user: &str| {
+        format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  terminationGracePeriodSeconds: 1
+  securityContext:
+    runAsNonRoot: true{user}
+  containers:
+  - name: main
+    image: {BUSYBOX}
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "echo uid=$(id -u) mem=$MEM; exec sleep 3600"]
+    resources:
+      limits:
+        memory: 64Mi
+    env:
+    - name: MEM
+      valueFrom:
+        resourceFieldRef:
+          resource: limits.memory
+          divisor: 1Mi
+"#
+        )
+    };
+    k.write_manifest("rootimage.yaml", &pod("rootimage", ""));
+    k.write_manifest("nobody.yaml", &pod("nobody", "\n    runAsUser: 65534"));
+    k.start();
+    let refused = k.wait_pod("rootimage", "refused", Duration::from_secs(30), |p| {
+        container_status(p, "main")["state"]["waiting"]["reason"] == "CreateContainerConfigError"
+    });
+    let msg = container_status(&refused, "main")["state"]["waiting"]["message"].clone();
+    assert!(msg.as_str().unwrap_or_default().contains("runAsNonRoot"), "{msg}");
+    let ok = k.wait_pod("nobody", "running", Duration::from_secs(30), |p| running(p, "main"));
+    let log = log_dir_of(&ok).join("main/0.log");
+    wait_for(Duration::from_secs(10), "uid and env in the log", || {
+        std::fs::read_to_string(&log)
+            .ok()
+            .filter(|t| t.contains("uid=65534 mem=64"))
+    });
+    k.cleanup();
 }
 
 #[test]

@@ -226,11 +226,16 @@ fn validate_spec(spec: &PodSpec, errs: &mut Collector) {
     for (i, c) in inits.enumerate() {
         let path = format!("spec.initContainers[{i}]");
         validate_container(c, &path, &volumes, &mut names, errs);
-        errs.one_of(
-            format!("{path}.restartPolicy"),
-            c.restart_policy.as_deref(),
-            &["Always"],
-        );
+        if c.restart_policy.is_some() {
+            // Restartable init containers (sidecars) need lifecycle rules this kubelet does
+            // not have yet; running them as plain init containers would block the pod forever.
+            errs.push(
+                format!("{path}.restartPolicy"),
+                FieldErrorKind::Forbidden {
+                    detail: "sidecar (restartable) init containers are not supported by this version of kubelet-rs".to_string(),
+                },
+            );
+        }
     }
     for (i, c) in spec.containers.iter().enumerate() {
         let path = format!("spec.containers[{i}]");

@@ -175,6 +175,52 @@ fn security_context(pod: &Pod, container: &Container) -> api::LinuxContainerSecu
     }
 }
 
+/// Upstream's runAsNonRoot check: a container that must not run as root is refused when its
+/// effective user is 0, or when only the image decides and the image says root (or gives a
+/// name that cannot be checked).
+pub fn verify_run_as_non_root(
+    pod: &Pod,
+    container: &Container,
+    image_uid: Option<i64>,
+    image_username: &str,
+) -> Result<(), String> {
+    let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    let csc = container.security_context.as_ref();
+    let non_root = csc
+        .and_then(|s| s.run_as_non_root)
+        .or(psc.and_then(|s| s.run_as_non_root))
+        .unwrap_or(false);
+    if !non_root {
+        return Ok(());
+    }
+    let m = &pod.metadata;
+    let who = format!(
+        "pod: \"{}_{}({})\", container: {}",
+        m.name.as_deref().unwrap_or_default(),
+        m.namespace.as_deref().unwrap_or_default(),
+        m.uid.as_deref().unwrap_or_default(),
+        container.name
+    );
+    match csc
+        .and_then(|s| s.run_as_user)
+        .or(psc.and_then(|s| s.run_as_user))
+    {
+        Some(0) => Err(format!(
+            "container's runAsUser breaks non-root policy ({who})"
+        )),
+        Some(_) => Ok(()),
+        None => match (image_uid, image_username) {
+            (Some(0), _) | (None, "") => Err(format!(
+                "container has runAsNonRoot and image will run as root ({who})"
+            )),
+            (None, name) => Err(format!(
+                "container has runAsNonRoot and image has non-numeric user ({name}), cannot verify user is non-root ({who})"
+            )),
+            (Some(_), _) => Ok(()),
+        },
+    }
+}
+
 pub struct ContainerParams<'a> {
     pub image_ref: &'a str,
     pub restart_count: u32,
@@ -237,6 +283,28 @@ pub fn container_config(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn run_as_non_root_rules() {
+        use k8s_openapi::api::core::v1::SecurityContext;
+        let pod = Pod::default();
+        let c = |non_root: Option<bool>, user: Option<i64>| Container {
+            name: "c".into(),
+            security_context: Some(SecurityContext {
+                run_as_non_root: non_root,
+                run_as_user: user,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(verify_run_as_non_root(&pod, &c(None, None), None, "").is_ok());
+        assert!(verify_run_as_non_root(&pod, &c(Some(true), Some(0)), Some(1000), "").is_err());
+        assert!(verify_run_as_non_root(&pod, &c(Some(true), Some(1000)), Some(0), "").is_ok());
+        let root = verify_run_as_non_root(&pod, &c(Some(true), None), None, "").unwrap_err();
+        assert!(root.contains("image will run as root"), "{root}");
+        assert!(verify_run_as_non_root(&pod, &c(Some(true), None), None, "app").is_err());
+        assert!(verify_run_as_non_root(&pod, &c(Some(true), None), Some(1000), "").is_ok());
+    }
 
     #[test]
     fn oom_adj_per_qos() {

@@ -16,6 +16,9 @@ pub enum EnvError {
 pub struct PodFacts {
     pub host_ip: String,
     pub pod_ips: Vec<String>,
+    /// Node allocatable, which stands in for a limit the container does not set.
+    pub node_cpu_millis: i64,
+    pub node_memory_bytes: i64,
 }
 
 /// `$(NAME)` is replaced when NAME is defined, `$$` escapes a `$`, and anything else is kept
@@ -82,8 +85,66 @@ fn field_ref(pod: &Pod, path: &str, facts: &PodFacts) -> Option<String> {
     })
 }
 
+/// `resourceFieldRef`: a container's request or limit (a missing limit means the node's
+/// allocatable), divided by the divisor and rounded up, as upstream renders it.
+fn resource_field(
+    pod: &Pod,
+    own: &Container,
+    r: &k8s_openapi::api::core::v1::ResourceFieldSelector,
+    facts: &PodFacts,
+) -> Result<String, String> {
+    use crate::cm::quantity::{parse_nano, parse_str_nano};
+    let target = match r.container_name.as_deref().filter(|n| !n.is_empty()) {
+        None => own,
+        Some(name) => pod
+            .spec
+            .iter()
+            .flat_map(|s| {
+                s.containers
+                    .iter()
+                    .chain(s.init_containers.iter().flatten())
+            })
+            .find(|c| c.name == name)
+            .ok_or_else(|| format!("resourceFieldRef names unknown container {name:?}"))?,
+    };
+    let (which, resource) = r
+        .resource
+        .split_once('.')
+        .ok_or_else(|| format!("unsupported resource {:?}", r.resource))?;
+    let res = target.resources.as_ref();
+    let map = match which {
+        "limits" => res.and_then(|x| x.limits.as_ref()),
+        "requests" => res.and_then(|x| x.requests.as_ref()),
+        _ => return Err(format!("unsupported resource {:?}", r.resource)),
+    };
+    let set = map
+        .and_then(|m| m.get(resource))
+        .map(parse_nano)
+        .transpose()
+        .map_err(|e| e.to_string())?;
+    let node = match resource {
+        "cpu" => facts.node_cpu_millis as i128 * 1_000_000,
+        "memory" => facts.node_memory_bytes as i128 * 1_000_000_000,
+        "ephemeral-storage" => 0,
+        _ => return Err(format!("unsupported resource {:?}", r.resource)),
+    };
+    let value = set.unwrap_or(if which == "limits" { node } else { 0 });
+    let divisor = r
+        .divisor
+        .as_ref()
+        .map(parse_nano)
+        .transpose()
+        .map_err(|e| e.to_string())?
+        .filter(|d| *d > 0)
+        .unwrap_or(parse_str_nano("1").unwrap_or(1_000_000_000));
+    // Ceiling division on non-negative values.
+    let out = (value + divisor - 1) / divisor;
+    Ok(out.to_string())
+}
+
 fn resolve_one(
     pod: &Pod,
+    container: &Container,
     var: &EnvVar,
     vars: &HashMap<String, String>,
     facts: &PodFacts,
@@ -100,6 +161,12 @@ fn resolve_one(
             reason: format!("unsupported fieldPath {:?}", f.field_path),
         });
     }
+    if let Some(r) = &from.resource_field_ref {
+        return resource_field(pod, container, r, facts).map_err(|reason| EnvError::Unsupported {
+            name: var.name.clone(),
+            reason,
+        });
+    }
     let optional = from
         .config_map_key_ref
         .as_ref()
@@ -111,7 +178,8 @@ fn resolve_one(
     }
     Err(EnvError::Unsupported {
         name: var.name.clone(),
-        reason: "this kubelet cannot resolve configMap, secret or resource references without an API server".into(),
+        reason: "this kubelet cannot resolve configMap or secret references without an API server"
+            .into(),
     })
 }
 
@@ -124,7 +192,7 @@ pub fn container_env(
     let mut vars: HashMap<String, String> = HashMap::new();
     let mut ordered: Vec<(String, String)> = Vec::new();
     for var in container.env.iter().flatten() {
-        let value = resolve_one(pod, var, &vars, facts)?;
+        let value = resolve_one(pod, container, var, &vars, facts)?;
         vars.insert(var.name.clone(), value.clone());
         match ordered.iter_mut().find(|(k, _)| *k == var.name) {
             Some(slot) => slot.1 = value,
@@ -138,6 +206,40 @@ pub fn container_env(
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{EnvVarSource, ObjectFieldSelector};
+
+    #[test]
+    fn resource_field_refs_follow_upstream_rounding() {
+        use k8s_openapi::api::core::v1::{ResourceFieldSelector, ResourceRequirements};
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+        let c = Container {
+            name: "c".into(),
+            resources: Some(ResourceRequirements {
+                requests: Some([("cpu".to_string(), Quantity("250m".into()))].into()),
+                limits: Some([("memory".to_string(), Quantity("64Mi".into()))].into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let facts = PodFacts {
+            node_cpu_millis: 2000,
+            node_memory_bytes: 1 << 30,
+            ..Default::default()
+        };
+        let get = |res: &str, divisor: Option<&str>| {
+            let sel = ResourceFieldSelector {
+                resource: res.into(),
+                divisor: divisor.map(|d| Quantity(d.into())),
+                container_name: None,
+            };
+            resource_field(&Pod::default(), &c, &sel, &facts).unwrap()
+        };
+        assert_eq!(get("requests.cpu", None), "1");
+        assert_eq!(get("requests.cpu", Some("1m")), "250");
+        assert_eq!(get("limits.cpu", None), "2");
+        assert_eq!(get("limits.memory", Some("1Mi")), "64");
+        assert_eq!(get("limits.memory", None), "67108864");
+        assert_eq!(get("requests.memory", None), "0");
+    }
 
     #[test]
     fn expansion_rules() {
@@ -185,6 +287,7 @@ mod tests {
         let facts = PodFacts {
             host_ip: "h".into(),
             pod_ips: vec!["10.0.0.2".into()],
+            ..Default::default()
         };
         let env = container_env(&pod, &c, &facts).unwrap();
         assert_eq!(env[1], ("G".to_string(), "hi p1 $(IP)".to_string()));

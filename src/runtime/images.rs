@@ -74,6 +74,9 @@ pub struct ImagePuller {
 pub struct PulledImage {
     /// What CreateContainer gets: the image ID.
     pub image_ref: String,
+    /// The image's user: a numeric uid, else a user name; neither means root.
+    pub uid: Option<i64>,
+    pub username: String,
     pub pulled: bool,
     pub took: Duration,
 }
@@ -88,9 +91,15 @@ impl ImagePuller {
         }
     }
 
-    async fn present(&self, image: &str) -> Result<Option<String>, ImageError> {
+    async fn present(&self, image: &str) -> Result<Option<PulledImage>, ImageError> {
         match self.cri.image_status(image).await {
-            Ok(found) => Ok(found.map(|i| i.id)),
+            Ok(found) => Ok(found.map(|i| PulledImage {
+                image_ref: i.id,
+                uid: i.uid.map(|u| u.value),
+                username: i.username,
+                pulled: false,
+                took: Duration::ZERO,
+            })),
             Err(source) => Err(ImageError::Inspect {
                 image: image.to_string(),
                 source,
@@ -107,11 +116,7 @@ impl ImagePuller {
         if policy == "Always" {
             return Ok(None);
         }
-        Ok(self.present(image).await?.map(|id| PulledImage {
-            image_ref: id,
-            pulled: false,
-            took: Duration::ZERO,
-        }))
+        self.present(image).await
     }
 
     fn image_lock(&self, image: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -149,10 +154,15 @@ impl ImagePuller {
                 image: image.clone(),
                 source,
             })?;
+        let took = started.elapsed();
+        // The pull answer has no user; the image's status has.
+        let found = self.present(&image).await?;
         Ok(PulledImage {
             image_ref,
             pulled: true,
-            took: started.elapsed(),
+            took,
+            uid: found.as_ref().and_then(|f| f.uid),
+            username: found.map(|f| f.username).unwrap_or_default(),
         })
     }
 }

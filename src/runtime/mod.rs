@@ -82,6 +82,7 @@ pub struct RuntimeSettings {
     pub root_dir: PathBuf,
     pub dns: dns::DnsSettings,
     pub machine_memory: i64,
+    pub machine_cpu_millis: i64,
     pub cgroup_options: crate::cm::PodCgroupOptions,
     pub runtime_handler: String,
 }
@@ -140,6 +141,20 @@ impl RuntimeManager {
 
     pub fn settings(&self) -> &RuntimeSettings {
         &self.settings
+    }
+
+    /// Says once, as a Warning event, which parts of the spec this version ignores, so nobody
+    /// mistakes an unprobed container for a probed one.
+    pub fn warn_unsupported(&self, pod: &Pod) {
+        let found = unsupported_features(pod);
+        if !found.is_empty() {
+            self.events.pod(
+                pod,
+                EventType::Warning,
+                "Unsupported",
+                &format!("this version of kubelet-rs ignores: {}", found.join(", ")),
+            );
+        }
     }
 
     /// Everything the runtime knows about one pod, by its UID label.
@@ -291,6 +306,8 @@ impl RuntimeManager {
         let facts = PodFacts {
             host_ip: self.settings.node_ip.clone(),
             pod_ips: ips,
+            node_cpu_millis: self.settings.machine_cpu_millis,
+            node_memory_bytes: self.settings.machine_memory,
         };
         let sandbox_config = self.sandbox_config(pod, actions.sandbox_attempt)?;
         for start in &actions.start {
@@ -495,6 +512,8 @@ impl RuntimeManager {
             );
         }
 
+        container::verify_run_as_non_root(pod, container, pulled.uid, &pulled.username)
+            .map_err(|e| ("CreateContainerConfigError", e, RETRY_AFTER_ERROR))?;
         let qos: QosClass = pod
             .spec
             .as_ref()
@@ -699,6 +718,44 @@ impl RuntimeManager {
             .map_err(|e| RuntimeError::Blocking(e.to_string()))??;
         Ok(())
     }
+}
+
+/// Spec features the runtime manager does not act on yet.
+pub fn unsupported_features(pod: &Pod) -> Vec<&'static str> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return vec![];
+    };
+    let all: Vec<&Container> = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .collect();
+    let mut found = Vec::new();
+    let mut note = |present: bool, what: &'static str| {
+        if present {
+            found.push(what);
+        }
+    };
+    note(
+        all.iter().any(|c| c.liveness_probe.is_some()),
+        "livenessProbe",
+    );
+    note(
+        all.iter().any(|c| c.readiness_probe.is_some()),
+        "readinessProbe",
+    );
+    note(
+        all.iter().any(|c| c.startup_probe.is_some()),
+        "startupProbe",
+    );
+    note(all.iter().any(|c| c.lifecycle.is_some()), "lifecycle hooks");
+    note(all.iter().any(|c| c.env_from.is_some()), "envFrom");
+    note(
+        spec.active_deadline_seconds.is_some(),
+        "activeDeadlineSeconds",
+    );
+    note(spec.readiness_gates.is_some(), "readinessGates");
+    found
 }
 
 /// The message an exited container leaves: its termination-message file, or with

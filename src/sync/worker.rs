@@ -96,6 +96,9 @@ async fn run(
 ) {
     let mut backoff = Backoff::default();
     let start_time = SystemTime::now();
+    if let Desired::Run(pod) = &*desired_rx.borrow() {
+        ctx.runtime.warn_unsupported(pod);
+    }
     loop {
         let desired = desired_rx.borrow_and_update().clone();
         let wait = match desired {
