@@ -241,8 +241,13 @@ spec:
         container_status(p, "main")["state"]["waiting"]["reason"] == "CreateContainerConfigError"
     });
     let msg = container_status(&refused, "main")["state"]["waiting"]["message"].clone();
-    assert!(msg.as_str().unwrap_or_default().contains("runAsNonRoot"), "{msg}");
-    let ok = k.wait_pod("nobody", "running", Duration::from_secs(30), |p| running(p, "main"));
+    assert!(
+        msg.as_str().unwrap_or_default().contains("runAsNonRoot"),
+        "{msg}"
+    );
+    let ok = k.wait_pod("nobody", "running", Duration::from_secs(30), |p| {
+        running(p, "main")
+    });
     let log = log_dir_of(&ok).join("main/0.log");
     wait_for(Duration::from_secs(10), "uid and env in the log", || {
         std::fs::read_to_string(&log)
