@@ -151,6 +151,19 @@ pub fn compute_pod_actions(
             actions.pod_finished = true;
             return actions;
         }
+        // Likewise when every container finished for good (OnFailure, all succeeded): a new
+        // sandbox would only run the init containers again.
+        let all_done = !containers(pod).is_empty()
+            && containers(pod).iter().all(|c| {
+                observed.newest_container(&c.name).is_some_and(|prev| {
+                    prev.state == ContainerState::Exited && !policy.restarts_after(prev.exit_code)
+                })
+            });
+        if newest.is_some() && all_done {
+            actions.create_sandbox = false;
+            actions.pod_finished = true;
+            return actions;
+        }
     } else {
         actions.sandbox_id = newest.map(|s| s.id.clone());
     }
