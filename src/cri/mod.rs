@@ -8,6 +8,8 @@ mod endpoint;
 mod error;
 
 #[cfg(test)]
+pub mod fake;
+#[cfg(test)]
 mod tests;
 
 pub use client::{MAX_MESSAGE_SIZE, RuntimeClient};

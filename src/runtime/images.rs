@@ -37,7 +37,8 @@ impl ImageError {
         match self {
             Self::NeverPull(_) => "ErrImageNeverPull",
             Self::InvalidName(_) => "InvalidImageName",
-            Self::Pull { .. } | Self::Inspect { .. } => "ErrImagePull",
+            Self::Pull { .. } => "ErrImagePull",
+            Self::Inspect { .. } => "ImageInspectError",
         }
     }
 }

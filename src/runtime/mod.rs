@@ -11,6 +11,8 @@ pub mod labels;
 pub mod observed;
 pub mod paths;
 pub mod sandbox;
+#[cfg(test)]
+pub(crate) mod tests;
 pub mod volumes;
 
 use std::collections::HashMap;
@@ -491,7 +493,9 @@ impl RuntimeManager {
             Err(err) => {
                 let delay = match err {
                     ImageError::NeverPull(_) | ImageError::InvalidName(_) => backoff::MAX,
-                    _ => backoff.record_restart(&pull_key, now),
+                    // Nothing was pulled, so there is nothing to back off from.
+                    ImageError::Inspect { .. } => RETRY_AFTER_ERROR,
+                    ImageError::Pull { .. } => backoff.record_restart(&pull_key, now),
                 };
                 return Err((err.reason(), err.to_string(), delay));
             }

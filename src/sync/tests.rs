@@ -1,0 +1,394 @@
+//! The sync loop, its pod workers and the PLEG together, against the in-memory CRI fake.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ContainerStatus, PodStatus};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::{SyncLoop, SyncLoopHealth, SyncLoopInputs};
+use crate::config::PodUpdate;
+use crate::cri::api;
+use crate::pleg::{Pleg, PlegHealth};
+use crate::runtime::labels;
+use crate::runtime::tests::{APP_IMAGE, Harness, pod};
+use crate::status::StatusStore;
+
+const PLEG_PERIOD: Duration = Duration::from_millis(100);
+
+/// A running sync loop and PLEG over a harness; both stop when this is dropped.
+struct Node {
+    h: Harness,
+    status: Arc<StatusStore>,
+    updates: mpsc::Sender<PodUpdate>,
+    sources_ready: watch::Sender<bool>,
+    cancel: CancellationToken,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+impl Node {
+    /// Starts the PLEG, waits until its first relist has seen `known_uid` (when given, so the
+    /// sync loop's first housekeeping already knows the runtime's pods), then the sync loop.
+    async fn start(h: Harness, sources_ready: bool, known_uid: Option<&str>) -> Node {
+        let cancel = CancellationToken::new();
+        let (pleg_tx, pleg_rx) = mpsc::channel(100);
+        let (pleg, mut runtime_pods) = Pleg::new(
+            h.cri.client.clone(),
+            PLEG_PERIOD,
+            pleg_tx,
+            Arc::new(PlegHealth::default()),
+        );
+        tokio::spawn(pleg.run(cancel.child_token()));
+        if let Some(uid) = known_uid {
+            let seen = tokio::time::timeout(
+                Duration::from_secs(3),
+                runtime_pods.wait_for(|pods| pods.contains_key(uid)),
+            )
+            .await;
+            assert!(matches!(seen, Ok(Ok(_))), "PLEG never saw pod {uid}");
+        }
+        let status = Arc::new(StatusStore::default());
+        let (updates, updates_rx) = mpsc::channel(16);
+        let (ready_tx, ready_rx) = watch::channel(sources_ready);
+        let sync_loop = SyncLoop::new(
+            (h.runtime.clone(), status.clone()),
+            Duration::from_secs(10),
+            "fake".into(),
+            16,
+            Arc::new(SyncLoopHealth::default()),
+            cancel.child_token(),
+        );
+        tokio::spawn(sync_loop.run(SyncLoopInputs {
+            pod_updates: updates_rx,
+            pleg_events: pleg_rx,
+            runtime_pods,
+            sources_ready: ready_rx,
+        }));
+        Node {
+            h,
+            status,
+            updates,
+            sources_ready: ready_tx,
+            cancel,
+        }
+    }
+
+    async fn send(&self, update: PodUpdate) {
+        self.updates.send(update).await.expect("sync loop running");
+    }
+}
+
+async fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn status_of<'a>(status: &'a PodStatus, name: &str) -> Option<&'a ContainerStatus> {
+    status
+        .container_statuses
+        .iter()
+        .flatten()
+        .find(|c| c.name == name)
+}
+
+fn is_running(status: &PodStatus, name: &str) -> bool {
+    status_of(status, name)
+        .and_then(|c| c.state.as_ref())
+        .is_some_and(|s| s.running.is_some())
+}
+
+fn waiting_reason(status: &PodStatus, name: &str) -> Option<String> {
+    status_of(status, name)
+        .and_then(|c| c.state.as_ref())
+        .and_then(|s| s.waiting.as_ref())
+        .and_then(|w| w.reason.clone())
+}
+
+fn running_in_fake(h: &Harness, name: &str) -> bool {
+    h.fake()
+        .container(name)
+        .is_some_and(|c| c.state() == api::ContainerState::ContainerRunning)
+}
+
+#[tokio::test]
+async fn pod_runs_through_the_loop_and_its_removal_cleans_up() {
+    let h = Harness::new().await;
+    h.fake().exit_on_start("init1", 0);
+    h.fake().exit_on_start("init2", 0);
+    let node = Node::start(h, true, None).await;
+    let p = Arc::new(pod("u-life", "Always", &["init1", "init2"], &["app"]));
+    node.send(PodUpdate::Add(vec![p.clone()])).await;
+
+    let store = node.status.clone();
+    wait_until(
+        "pod Running with app running",
+        Duration::from_secs(5),
+        || {
+            store
+                .status("u-life")
+                .is_some_and(|s| s.phase.as_deref() == Some("Running") && is_running(&s, "app"))
+        },
+    )
+    .await;
+    let started: Vec<(&str, String)> = node
+        .h
+        .fake()
+        .call_log()
+        .into_iter()
+        .filter(|c| matches!(c.method, "RunPodSandbox" | "StartContainer"))
+        .map(|c| (c.method, c.subject))
+        .collect();
+    let want = [
+        ("RunPodSandbox", "web-u-life"),
+        ("StartContainer", "init1"),
+        ("StartContainer", "init2"),
+        ("StartContainer", "app"),
+    ];
+    assert_eq!(
+        started,
+        want.map(|(m, s)| (m, s.to_string())),
+        "{:?}",
+        node.h.fake().calls()
+    );
+    let log_dir = node.h.pod_log_dir(&p);
+    assert!(log_dir.is_dir());
+    assert!(node.h.pod_cgroup("u-life").is_dir());
+
+    node.send(PodUpdate::Remove(vec![p.clone()])).await;
+    let (fake, store) = (node.h.fake().clone(), node.status.clone());
+    wait_until("pod removed", Duration::from_secs(5), || {
+        store.status("u-life").is_none() && fake.sandboxes().is_empty()
+    })
+    .await;
+    assert!(fake.containers().is_empty());
+    let stops = fake.calls_of("StopContainer");
+    assert_eq!(stops.len(), 1, "{stops:?}");
+    assert_eq!(
+        (stops[0].subject.as_str(), stops[0].timeout),
+        ("app", Some(7))
+    );
+    assert!(!log_dir.exists());
+    assert!(!node.h.pod_cgroup("u-life").exists());
+}
+
+#[tokio::test]
+async fn crash_loop_shows_in_the_status_store() {
+    let h = Harness::new().await;
+    h.fake().exit_on_start("crasher", 1);
+    let node = Node::start(h, true, None).await;
+    let p = Arc::new(pod("u-loop", "Always", &[], &["crasher"]));
+    node.send(PodUpdate::Add(vec![p])).await;
+
+    let store = node.status.clone();
+    wait_until("CrashLoopBackOff", Duration::from_secs(5), || {
+        store
+            .status("u-loop")
+            .is_some_and(|s| waiting_reason(&s, "crasher").as_deref() == Some("CrashLoopBackOff"))
+    })
+    .await;
+    let status = store.status("u-loop").expect("status");
+    let crasher = status_of(&status, "crasher").expect("crasher status");
+    // Restarted once at once; the second exit waits out the backoff (10 s).
+    assert_eq!(crasher.restart_count, 1);
+    let last = crasher
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref());
+    assert_eq!(last.map(|t| t.exit_code), Some(1));
+    let message = crasher
+        .state
+        .as_ref()
+        .and_then(|s| s.waiting.as_ref())
+        .and_then(|w| w.message.clone())
+        .unwrap_or_default();
+    assert!(message.contains("back-off 10s"), "{message}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(node.h.fake().count("CreateContainer"), 2);
+}
+
+#[tokio::test]
+async fn termination_cancels_a_sync_stuck_in_a_slow_pull() {
+    let h = Harness::new().await;
+    h.fake().add_remote_image("registry.test/slow:1");
+    let node = Node::start(h, true, None).await;
+    let v1 = Arc::new(pod("u-slow", "Always", &[], &["app"]));
+    node.send(PodUpdate::Add(vec![v1])).await;
+    let (fake, store) = (node.h.fake().clone(), node.status.clone());
+    wait_until("first sync", Duration::from_secs(5), || {
+        store.status("u-slow").is_some() && running_in_fake(&node.h, "app")
+    })
+    .await;
+
+    // A new image that takes "forever" to pull: the worker's next sync hangs in PullImage.
+    fake.delay("PullImage", Duration::from_secs(30));
+    let mut v2 = pod("u-slow", "Always", &[], &["app"]);
+    v2.spec.as_mut().expect("spec").containers[0].image = Some("registry.test/slow:1".into());
+    let v2 = Arc::new(v2);
+    node.send(PodUpdate::Update(vec![v2.clone()])).await;
+    wait_until("the pull to start", Duration::from_secs(5), || {
+        fake.count("PullImage") > 0
+    })
+    .await;
+
+    let asked = Instant::now();
+    node.send(PodUpdate::Remove(vec![v2])).await;
+    wait_until("the worker to finish", Duration::from_secs(5), || {
+        store.status("u-slow").is_none() && fake.sandboxes().is_empty()
+    })
+    .await;
+    assert!(
+        asked.elapsed() < Duration::from_secs(3),
+        "termination took {:?}",
+        asked.elapsed()
+    );
+    assert!(fake.containers().is_empty());
+    // The pull was abandoned, at the runtime too.
+    wait_until("the pull to be cancelled", Duration::from_secs(2), || {
+        fake.cancelled().contains(&"PullImage")
+    })
+    .await;
+    assert!(!fake.has_image("registry.test/slow:1"));
+}
+
+#[tokio::test]
+async fn pods_no_source_knows_are_removed_once_sources_are_ready() {
+    let h = Harness::new().await;
+    let c = h.cri.client.clone();
+    let identity = HashMap::from([
+        (labels::POD_UID.to_string(), "u-orphan".to_string()),
+        (labels::POD_NAME.to_string(), "ghost".to_string()),
+        (labels::POD_NAMESPACE.to_string(), "default".to_string()),
+    ]);
+    let log_dir = h.dir.path().join("logs/default_ghost_u-orphan");
+    let sandbox_config = api::PodSandboxConfig {
+        metadata: Some(api::PodSandboxMetadata {
+            name: "ghost".into(),
+            uid: "u-orphan".into(),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
+        labels: identity.clone(),
+        log_directory: log_dir.to_string_lossy().into_owned(),
+        ..Default::default()
+    };
+    let sb = c
+        .run_pod_sandbox(sandbox_config.clone(), "")
+        .await
+        .expect("run sandbox");
+    let mut container_labels = identity;
+    container_labels.insert(labels::CONTAINER_NAME.into(), "app".into());
+    let id = c
+        .create_container(
+            &sb,
+            api::ContainerConfig {
+                metadata: Some(api::ContainerMetadata {
+                    name: "app".into(),
+                    attempt: 0,
+                }),
+                image: Some(api::ImageSpec {
+                    image: APP_IMAGE.into(),
+                    ..Default::default()
+                }),
+                labels: container_labels,
+                log_path: "app/0.log".into(),
+                ..Default::default()
+            },
+            sandbox_config,
+        )
+        .await
+        .expect("create");
+    c.start_container(&id).await.expect("start");
+    std::fs::create_dir_all(h.pod_cgroup("u-orphan")).expect("orphan cgroup");
+    assert!(log_dir.join("app/0.log").is_file());
+
+    let node = Node::start(h, false, Some("u-orphan")).await;
+    let keep = Arc::new(pod("u-keep", "Always", &[], &["app"]));
+    node.send(PodUpdate::Add(vec![keep])).await;
+    let fake = node.h.fake().clone();
+    // Before every source has reported, an unknown pod may just not have been read yet.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(fake.count("StopPodSandbox"), 0, "{:?}", fake.calls());
+    assert!(fake.sandboxes().iter().any(|s| s.id == sb));
+
+    node.sources_ready.send_replace(true);
+    let cgroup = node.h.pod_cgroup("u-orphan");
+    // The cgroup goes last, after the runtime objects and the logs.
+    wait_until("the orphan to be removed", Duration::from_secs(5), || {
+        !fake.sandboxes().iter().any(|s| s.id == sb) && !cgroup.exists()
+    })
+    .await;
+    let log = fake.call_log();
+    let pos = |method: &str| {
+        log.iter()
+            .position(|c| c.method == method && c.subject != "web-u-keep")
+            .unwrap_or_else(|| panic!("no {method} in {log:?}"))
+    };
+    assert!(pos("StopContainer") < pos("StopPodSandbox"));
+    assert!(pos("StopPodSandbox") < pos("RemovePodSandbox"));
+    let stop = &log[pos("StopContainer")];
+    assert_eq!((stop.subject.as_str(), stop.timeout), ("app", Some(2)));
+    assert!(!log_dir.exists());
+    // The pod a source wants is left alone.
+    let kept: Vec<_> = fake
+        .sandboxes()
+        .into_iter()
+        .filter(|s| s.labels.get(labels::POD_UID).map(String::as_str) == Some("u-keep"))
+        .collect();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0].state(), api::PodSandboxState::SandboxReady);
+    assert!(running_in_fake(&node.h, "app"));
+}
+
+/// A manifest removed and put back (same UID) runs again once the old pod is torn down.
+#[tokio::test]
+async fn pod_added_back_during_teardown_starts_after_it() {
+    let h = Harness::new().await;
+    // Teardown is slow enough that the re-add lands while it is still going on.
+    h.fake().delay("StopContainer", Duration::from_millis(300));
+    let node = Node::start(h, true, None).await;
+    let p = Arc::new(pod("u-back", "Always", &[], &["app"]));
+    node.send(PodUpdate::Add(vec![p.clone()])).await;
+    let fake = node.h.fake().clone();
+    wait_until("app running", Duration::from_secs(5), || {
+        running_in_fake(&node.h, "app")
+    })
+    .await;
+    let first = fake.container("app").expect("app").id;
+
+    node.send(PodUpdate::Remove(vec![p.clone()])).await;
+    wait_until("teardown to begin", Duration::from_secs(5), || {
+        fake.count("StopContainer") > 0
+    })
+    .await;
+    node.send(PodUpdate::Add(vec![p])).await;
+    wait_until("the pod to run again", Duration::from_secs(5), || {
+        fake.container("app")
+            .is_some_and(|c| c.id != first && c.state() == api::ContainerState::ContainerRunning)
+    })
+    .await;
+    // The old incarnation is gone entirely; the new one starts over from attempt 0.
+    let sandboxes = fake.sandboxes();
+    assert_eq!(sandboxes.len(), 1, "{sandboxes:?}");
+    assert_eq!(sandboxes[0].metadata.as_ref().map(|m| m.attempt), Some(0));
+    assert_eq!(fake.containers().len(), 1);
+    let store = node.status.clone();
+    wait_until("status of the new pod", Duration::from_secs(5), || {
+        store
+            .status("u-back")
+            .is_some_and(|s| is_running(&s, "app"))
+    })
+    .await;
+}
