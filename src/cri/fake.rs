@@ -13,8 +13,9 @@
 //! Test hooks: [`FakeRuntime::exit_container`] and [`FakeRuntime::exit_on_start`] end a
 //! container's process, [`FakeRuntime::fail_next`] makes the next call of an RPC fail before
 //! the runtime acts on it, [`FakeRuntime::delay`] holds an RPC (a delayed call that the client
-//! abandons is listed by [`FakeRuntime::cancelled`]), and [`FakeRuntime::calls`] is the call
-//! log.
+//! abandons is listed by [`FakeRuntime::cancelled`]), [`FakeRuntime::omit_next_sandbox_id`]
+//! breaks the CRI contract once, and [`FakeRuntime::calls`] is the call log. ExecSync runs
+//! nothing: it answers exit code 0 for a running container, so it is there to be delayed.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -77,6 +78,7 @@ struct State {
     delays: HashMap<&'static str, Duration>,
     exit_on_start: HashMap<String, i32>,
     stop_exit_code: Option<i32>,
+    omit_sandbox_id: bool,
     calls: Vec<Call>,
     cancelled: Vec<&'static str>,
 }
@@ -334,6 +336,12 @@ impl FakeRuntime {
         self.lock().fail_next.insert(method, status);
     }
 
+    /// The next RunPodSandbox succeeds without creating anything and answers with no id, as a
+    /// runtime that breaks the CRI contract would.
+    pub fn omit_next_sandbox_id(&self) {
+        self.lock().omit_sandbox_id = true;
+    }
+
     /// Every call of `method` waits `d` before it is handled.
     pub fn delay(&self, method: &'static str, d: Duration) {
         self.lock().delays.insert(method, d);
@@ -451,6 +459,9 @@ impl RuntimeService for FakeRuntime {
         let meta = config.metadata.clone();
         let subject = meta.as_ref().map(|m| m.name.clone()).unwrap_or_default();
         self.enter("RunPodSandbox", |_| subject, None).await?;
+        if std::mem::take(&mut self.lock().omit_sandbox_id) {
+            return Ok(Response::new(api::RunPodSandboxResponse::default()));
+        }
         let meta =
             meta.ok_or_else(|| Status::invalid_argument("sandbox config must include metadata"))?;
         let mut s = self.lock();
@@ -791,6 +802,30 @@ impl RuntimeService for FakeRuntime {
             })
             .collect();
         Ok(Response::new(api::ListContainersResponse { containers }))
+    }
+
+    async fn exec_sync(
+        &self,
+        request: Request<api::ExecSyncRequest>,
+    ) -> Result<Response<api::ExecSyncResponse>, Status> {
+        let id = request.into_inner().container_id;
+        self.enter("ExecSync", |s| s.subject_of_container(&id), None)
+            .await?;
+        let state = self
+            .lock()
+            .containers
+            .iter()
+            .find(|c| c.status.id == id)
+            .map(|c| c.status.state)
+            .ok_or_else(|| Status::not_found(format!("container {id:?} not found")))?;
+        if state != api::ContainerState::ContainerRunning as i32 {
+            // containerd refuses with a plain (UNKNOWN) error naming the state.
+            let name = api::ContainerState::try_from(state)
+                .map(|st| st.as_str_name())
+                .unwrap_or("CONTAINER_UNKNOWN");
+            return Err(Status::unknown(format!("container is in {name} state")));
+        }
+        Ok(Response::new(api::ExecSyncResponse::default()))
     }
 
     async fn container_status(

@@ -1,152 +1,68 @@
-//! Round trips through an in-process fake runtime on a unix socket.
+//! The client against the in-memory fake runtime (round trips, error mapping, deadlines),
+//! endpoint handling, and an opt-in check against a real runtime.
 
-use std::path::Path;
 use std::time::Duration;
 
-use tokio::net::UnixListener;
-use tokio_stream::wrappers::UnixListenerStream;
-use tokio_util::sync::CancellationToken;
-use tonic::{Request, Response, Status};
+use tonic::Status;
 
-use super::api::image_service_server::{ImageService, ImageServiceServer};
-use super::api::runtime_service_server::{RuntimeService, RuntimeServiceServer};
+use super::fake::{EXIT_SIGTERM, FakeCri};
 use super::{CriError, RuntimeClient, api};
 
-/// Answers Version and ContainerStatus; StopContainer sleeps for the
-/// requested grace period; ExecSync sleeps "forever" to exercise timeouts.
-struct FakeRuntime;
-
-#[tonic::async_trait]
-impl RuntimeService for FakeRuntime {
-    async fn version(
-        &self,
-        request: Request<api::VersionRequest>,
-    ) -> Result<Response<api::VersionResponse>, Status> {
-        Ok(Response::new(api::VersionResponse {
-            version: request.into_inner().version,
-            runtime_name: "fake".into(),
-            runtime_version: "0.0.1".into(),
-            runtime_api_version: "v1".into(),
-        }))
-    }
-
-    async fn container_status(
-        &self,
-        request: Request<api::ContainerStatusRequest>,
-    ) -> Result<Response<api::ContainerStatusResponse>, Status> {
-        let id = request.into_inner().container_id;
-        if id != "c1" {
-            return Err(Status::not_found(format!("container {id} not found")));
-        }
-        Ok(Response::new(api::ContainerStatusResponse {
-            status: Some(api::ContainerStatus {
-                id,
-                metadata: Some(api::ContainerMetadata {
-                    name: "app".into(),
-                    attempt: 2,
-                }),
-                state: api::ContainerState::ContainerRunning as i32,
-                ..Default::default()
-            }),
-            info: Default::default(),
-        }))
-    }
-
-    async fn stop_container(
-        &self,
-        request: Request<api::StopContainerRequest>,
-    ) -> Result<Response<api::StopContainerResponse>, Status> {
-        let grace = u64::try_from(request.into_inner().timeout).unwrap_or(0);
-        tokio::time::sleep(Duration::from_secs(grace)).await;
-        Ok(Response::new(api::StopContainerResponse {}))
-    }
-
-    async fn exec_sync(
-        &self,
-        _request: Request<api::ExecSyncRequest>,
-    ) -> Result<Response<api::ExecSyncResponse>, Status> {
-        tokio::time::sleep(Duration::from_secs(3600)).await;
-        Ok(Response::new(api::ExecSyncResponse::default()))
-    }
-
-    async fn run_pod_sandbox(
-        &self,
-        _request: Request<api::RunPodSandboxRequest>,
-    ) -> Result<Response<api::RunPodSandboxResponse>, Status> {
-        // Violates the contract on purpose: no id.
-        Ok(Response::new(api::RunPodSandboxResponse::default()))
-    }
-}
-
-struct FakeImages;
-
-#[tonic::async_trait]
-impl ImageService for FakeImages {
-    async fn image_status(
-        &self,
-        request: Request<api::ImageStatusRequest>,
-    ) -> Result<Response<api::ImageStatusResponse>, Status> {
-        let name = request
-            .into_inner()
-            .image
-            .map(|s| s.image)
-            .unwrap_or_default();
-        let image = (name == "busybox:1").then(|| api::Image {
-            id: "sha256:abc".into(),
-            repo_tags: vec![name],
-            size: 1234,
-            ..Default::default()
-        });
-        Ok(Response::new(api::ImageStatusResponse {
-            image,
-            info: Default::default(),
-        }))
-    }
-}
-
-/// Serves the fakes on `sock` until `stop` is cancelled.
-async fn serve(sock: &Path, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
-    let listener = match UnixListener::bind(sock) {
-        Ok(l) => l,
-        Err(e) => panic!("bind {}: {e}", sock.display()),
+/// Starts a container named `name` (attempt `attempt`) from a local busybox in a fresh
+/// sandbox and returns its id.
+async fn running_container(cri: &FakeCri, name: &str, attempt: u32) -> String {
+    cri.runtime.add_image("busybox:1");
+    let sandbox = api::PodSandboxConfig {
+        metadata: Some(api::PodSandboxMetadata {
+            name: "pod".into(),
+            uid: "uid-1".into(),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
+        ..Default::default()
     };
-    tokio::spawn(async move {
-        let result = tonic::transport::Server::builder()
-            .add_service(RuntimeServiceServer::new(FakeRuntime))
-            .add_service(ImageServiceServer::new(FakeImages))
-            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), stop.cancelled_owned())
-            .await;
-        if let Err(e) = result {
-            panic!("fake CRI server failed: {e}");
-        }
-    })
-}
-
-async fn client_for(sock: &Path, timeout: Duration) -> RuntimeClient {
-    let endpoint = format!("unix://{}", sock.display());
-    match RuntimeClient::connect(&endpoint, "", timeout).await {
-        Ok(c) => c,
-        Err(e) => panic!("connect {endpoint}: {e}"),
-    }
+    let container = api::ContainerConfig {
+        metadata: Some(api::ContainerMetadata {
+            name: name.into(),
+            attempt,
+        }),
+        image: Some(api::ImageSpec {
+            image: "busybox:1".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let c = &cri.client;
+    let sb = c
+        .run_pod_sandbox(sandbox.clone(), "")
+        .await
+        .expect("run sandbox");
+    let id = c
+        .create_container(&sb, container, sandbox)
+        .await
+        .expect("create container");
+    c.start_container(&id).await.expect("start container");
+    id
 }
 
 #[tokio::test]
 async fn calls_round_trip_through_fake_runtime() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let sock = dir.path().join("cri.sock");
-    let stop = CancellationToken::new();
-    let server = serve(&sock, stop.clone()).await;
-    let client = client_for(&sock, Duration::from_secs(5)).await;
+    let cri = FakeCri::start(Duration::from_secs(5)).await;
+    let (fake, client) = (&cri.runtime, &cri.client);
 
     let v = client.version().await.expect("version");
     assert_eq!(v.version, "v1", "client announces the v1 API");
     assert_eq!(v.runtime_name, "fake");
     assert_eq!(v.runtime_api_version, "v1");
 
-    let status = client.container_status("c1").await.expect("status");
-    assert_eq!(status.id, "c1");
+    let id = running_container(&cri, "app", 2).await;
+    let status = client.container_status(&id).await.expect("status");
+    assert_eq!(status.id, id);
     assert_eq!(status.state(), api::ContainerState::ContainerRunning);
-    assert_eq!(status.metadata.map(|m| m.attempt), Some(2));
+    assert_eq!(
+        status.metadata.map(|m| (m.name, m.attempt)),
+        Some(("app".to_string(), 2))
+    );
 
     let err = client
         .container_status("nope")
@@ -156,11 +72,12 @@ async fn calls_round_trip_through_fake_runtime() {
     assert_eq!(err.code(), Some(tonic::Code::NotFound));
 
     // Image calls go over the shared channel to the ImageService.
+    let image_id = fake.add_image("busybox:1");
     let img = client
         .image_status("busybox:1")
         .await
         .expect("image status");
-    assert_eq!(img.map(|i| i.id), Some("sha256:abc".to_string()));
+    assert_eq!(img.map(|i| i.id), Some(image_id));
     assert!(
         client
             .image_status("absent:1")
@@ -170,10 +87,11 @@ async fn calls_round_trip_through_fake_runtime() {
     );
 
     // An RPC the fake leaves out reports UNIMPLEMENTED, not a hang.
-    let err = client.list_images().await.expect_err("unimplemented");
+    let err = client.image_fs_info().await.expect_err("unimplemented");
     assert_eq!(err.code(), Some(tonic::Code::Unimplemented));
 
     // Contract violations are caught, not passed on.
+    fake.omit_next_sandbox_id();
     let err = client
         .run_pod_sandbox(api::PodSandboxConfig::default(), "")
         .await
@@ -189,22 +107,26 @@ async fn calls_round_trip_through_fake_runtime() {
         "{err}"
     );
 
-    drop(client);
-    stop.cancel();
-    server.await.expect("server task");
+    // Runtime errors keep their gRPC code.
+    fake.fail_next("Version", Status::unavailable("injected"));
+    let err = client.version().await.expect_err("injected");
+    assert!(
+        matches!(err, CriError::Status { op: "Version", .. }),
+        "{err}"
+    );
+    assert_eq!(err.code(), Some(tonic::Code::Unavailable));
 }
 
 #[tokio::test]
 async fn slow_handler_yields_timeout() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let sock = dir.path().join("cri.sock");
-    let stop = CancellationToken::new();
-    let server = serve(&sock, stop.clone()).await;
-    let client = client_for(&sock, Duration::from_millis(200)).await;
+    let cri = FakeCri::start(Duration::from_millis(200)).await;
+    let (fake, client) = (&cri.runtime, &cri.client);
+    let id = running_container(&cri, "app", 0).await;
 
+    fake.delay("ExecSync", Duration::from_secs(3600));
     let started = std::time::Instant::now();
     let err = client
-        .exec_sync("c1", vec!["sleep".into()], Duration::from_millis(100))
+        .exec_sync(&id, vec!["sleep".into()], Duration::from_millis(100))
         .await
         .expect_err("must time out");
     match err {
@@ -219,16 +141,37 @@ async fn slow_handler_yields_timeout() {
     // The client stays usable after a timed-out call.
     client.version().await.expect("version after timeout");
 
-    // StopContainer's deadline grows with the grace period: a 1 s grace
-    // with a 200 ms client timeout completes instead of timing out.
+    // StopContainer's deadline grows with the grace period: a stop the runtime takes 1 s
+    // over times out without grace, but completes with a 2 s grace.
+    fake.delay("StopContainer", Duration::from_secs(1));
+    let err = client
+        .stop_container(&id, 0)
+        .await
+        .expect_err("no grace: client timeout only");
+    assert!(
+        matches!(
+            err,
+            CriError::Timeout {
+                op: "StopContainer",
+                after,
+            } if after == Duration::from_millis(200)
+        ),
+        "{err}"
+    );
     client
-        .stop_container("c1", 1)
+        .stop_container(&id, 2)
         .await
         .expect("stop within grace + timeout");
-
-    drop(client);
-    stop.cancel();
-    server.await.expect("server task");
+    fake.clear_delay("StopContainer");
+    let timeouts: Vec<_> = fake
+        .calls_of("StopContainer")
+        .into_iter()
+        .map(|c| c.timeout)
+        .collect();
+    assert_eq!(timeouts, vec![Some(0), Some(2)]);
+    let status = client.container_status(&id).await.expect("status");
+    assert_eq!(status.state(), api::ContainerState::ContainerExited);
+    assert_eq!(status.exit_code, EXIT_SIGTERM);
 }
 
 #[tokio::test]
