@@ -5,6 +5,9 @@ use kubelet_rs::{cli, kubelet, telemetry};
 use tokio_util::sync::CancellationToken;
 
 fn main() -> ExitCode {
+    // kube and the servers share rustls; exactly one crypto backend (ring) is compiled in and it
+    // is made the process default before anything builds a TLS config.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let settings = match cli::parse(std::env::args_os()) {
         Ok(s) => s,
         Err(err) => {
