@@ -6,12 +6,14 @@
 //! relists the runtime and wakes workers on change; `status` turns runtime state into API pod
 //! status; `server` serves healthz and the read-only API.
 
+pub mod apiclient;
 pub mod cli;
 pub mod cm;
 pub mod config;
 pub mod cri;
 pub mod events;
 pub mod kubelet;
+pub mod node;
 pub mod pleg;
 pub mod runtime;
 pub mod server;

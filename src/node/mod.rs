@@ -1,0 +1,1 @@
+//! Node registration, status and lease (being written).
