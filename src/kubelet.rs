@@ -11,6 +11,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::apiclient;
 use crate::cli::Settings;
 use crate::cm::{CgroupManager, PodCgroupOptions};
 use crate::config;
@@ -21,6 +22,7 @@ use crate::runtime::images::ImagePuller;
 use crate::runtime::{RuntimeManager, RuntimeSettings, dns, paths};
 use crate::server::{self, ServerState};
 use crate::status::StatusStore;
+use crate::status::apiserver::StatusSyncer;
 use crate::sync::{SyncLoop, SyncLoopHealth, SyncLoopInputs};
 
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +43,8 @@ pub enum KubeletError {
     },
     #[error(transparent)]
     Server(#[from] server::ServerError),
+    #[error(transparent)]
+    ApiClient(#[from] apiclient::ApiClientError),
     #[error("invalid address {0:?}")]
     Address(String),
     #[error("{0} is not supported by this version of kubelet-rs")]
@@ -66,8 +70,13 @@ fn check_supported(settings: &Settings) -> Result<(), KubeletError> {
     if !cfg.static_pod_url.is_empty() {
         warn!(url = %cfg.static_pod_url, "staticPodURL is not supported yet; ignoring it");
     }
-    if settings.flags.kubeconfig.is_some() || settings.flags.bootstrap_kubeconfig.is_some() {
-        warn!("API server mode is not supported yet; running standalone (static pods only)");
+    let kubeconfig_missing = settings
+        .flags
+        .kubeconfig
+        .as_ref()
+        .is_none_or(|k| !k.exists());
+    if settings.flags.bootstrap_kubeconfig.is_some() && kubeconfig_missing {
+        warn!("TLS bootstrap (--bootstrap-kubeconfig) is not supported yet; running standalone");
     }
     Ok(())
 }
@@ -215,7 +224,16 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
             runtime_handler: String::new(),
         },
     ));
-    let status = Arc::new(StatusStore::default());
+    // API server mode: --kubeconfig names an existing file, as upstream.
+    let client = match flags.kubeconfig.as_ref().filter(|k| k.exists()) {
+        Some(path) => Some(apiclient::connect(path, cfg.runtime_request_timeout.0).await?),
+        None => None,
+    };
+    let (status_tx, status_rx) = mpsc::channel(1024);
+    let status = Arc::new(match client {
+        Some(_) => StatusStore::with_notifier(status_tx),
+        None => StatusStore::default(),
+    });
 
     let mut tasks = JoinSet::new();
     let max_pods = cfg.max_pods.max(1) as usize;
@@ -234,6 +252,17 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
             source_tx.clone(),
             cancel.child_token(),
         ));
+    }
+    if let Some(client) = &client {
+        sources.push(config::API_SOURCE);
+        tasks.spawn(config::api::run_api_source(
+            client.clone(),
+            node_name.clone(),
+            source_tx.clone(),
+            cancel.child_token(),
+        ));
+        let syncer = StatusSyncer::new(client.clone(), status.clone());
+        tasks.spawn(syncer.run(status_rx, cancel.child_token()));
     }
     drop(source_tx);
     let pod_config = config::PodConfig::new(&sources);

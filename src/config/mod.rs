@@ -4,6 +4,7 @@
 //! currently wants as a [`SourceUpdate`]; [`merge::PodConfig`] turns those full sets into
 //! add/update/remove diffs for the sync loop and tracks when every source has reported once.
 
+pub mod api;
 pub mod defaults;
 pub mod file;
 pub mod merge;

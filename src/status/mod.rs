@@ -1,6 +1,7 @@
 //! API pod status: generated from the spec and what the runtime shows, and kept per pod for
 //! whoever reads it (the read-only API now, the API server later).
 
+pub mod apiserver;
 mod generate;
 
 pub use generate::{PodStatusInput, generate_pod_status, pod_phase};
@@ -16,14 +17,66 @@ struct Entry {
     status: PodStatus,
 }
 
+/// What the API-server status syncer is told.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StatusEvent {
+    Changed(String),
+    /// The pod's containers are gone after a deletion was requested: delete the object.
+    Terminated {
+        uid: String,
+        namespace: String,
+        name: String,
+    },
+}
+
 /// The latest spec and status of every pod the kubelet runs. Bounded by the pods themselves:
 /// workers remove their entry when the pod is gone.
 #[derive(Default, Debug)]
 pub struct StatusStore {
     pods: Mutex<HashMap<String, Entry>>,
+    /// Set when an API server receives statuses. Notifications are best effort (a full
+    /// channel drops them); the syncer's periodic pass catches up.
+    notify: Option<tokio::sync::mpsc::Sender<StatusEvent>>,
 }
 
 impl StatusStore {
+    pub fn with_notifier(notify: tokio::sync::mpsc::Sender<StatusEvent>) -> Self {
+        StatusStore {
+            pods: Mutex::default(),
+            notify: Some(notify),
+        }
+    }
+
+    fn tell(&self, event: StatusEvent) {
+        if let Some(n) = &self.notify {
+            let _ = n.try_send(event);
+        }
+    }
+
+    /// The pod and its status, for the syncer.
+    pub fn entry(&self, uid: &str) -> Option<(Arc<Pod>, PodStatus)> {
+        self.lock()
+            .get(uid)
+            .map(|e| (e.pod.clone(), e.status.clone()))
+    }
+
+    pub fn uids(&self) -> Vec<String> {
+        self.lock().keys().cloned().collect()
+    }
+
+    /// Removes the pod and, when its deletion was requested, asks for the object's deletion.
+    pub fn finish(&self, uid: &str, pod: &Pod) {
+        self.remove(uid);
+        if pod.metadata.deletion_timestamp.is_some() {
+            let m = &pod.metadata;
+            self.tell(StatusEvent::Terminated {
+                uid: uid.to_string(),
+                namespace: m.namespace.clone().unwrap_or_default(),
+                name: m.name.clone().unwrap_or_default(),
+            });
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
         self.pods.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -39,6 +92,8 @@ impl StatusStore {
             }
         }
         pods.insert(uid.to_string(), Entry { pod, status });
+        drop(pods);
+        self.tell(StatusEvent::Changed(uid.to_string()));
         true
     }
 

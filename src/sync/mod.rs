@@ -60,10 +60,14 @@ fn uid_of(pod: &Pod) -> String {
     pod.metadata.uid.clone().unwrap_or_default()
 }
 
+/// The grace period to stop with: the deletion's, when the API server asked for one.
 fn grace_of(pod: &Pod) -> i64 {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.termination_grace_period_seconds)
+    pod.metadata
+        .deletion_grace_period_seconds
+        .or(pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds))
         .unwrap_or(30)
         .max(0)
 }
@@ -133,6 +137,10 @@ impl SyncLoop {
                 for pod in pods {
                     let uid = uid_of(&pod);
                     let full_name = pod_full_name(&pod);
+                    if pod.metadata.deletion_timestamp.is_some() {
+                        self.terminate(pod);
+                        continue;
+                    }
                     if let Some(w) = self.workers.get_mut(&uid).filter(|w| !w.is_terminating()) {
                         w.update(Desired::Run(pod));
                     } else if self.terminating_named(&full_name) {
@@ -146,24 +154,34 @@ impl SyncLoop {
             }
             PodUpdate::Remove(pods) => {
                 for pod in pods {
-                    let uid = uid_of(&pod);
-                    let grace = grace_of(&pod);
-                    let full_name = pod_full_name(&pod);
-                    info!(pod = %full_name, %uid, grace, "Pod removed, terminating");
-                    if self
-                        .parked
-                        .get(&full_name)
-                        .is_some_and(|p| uid_of(p) == uid)
-                    {
-                        self.parked.remove(&full_name);
-                        continue;
-                    }
-                    let desired = Desired::Terminate { pod, grace };
-                    match self.workers.get_mut(&uid) {
-                        Some(w) => w.update(desired),
-                        None => self.spawn(uid, desired),
-                    }
+                    self.terminate(pod);
                 }
+            }
+        }
+    }
+
+    /// A pod removed from its source, or whose deletion the API server asked for.
+    fn terminate(&mut self, pod: Arc<Pod>) {
+        let uid = uid_of(&pod);
+        let grace = grace_of(&pod);
+        let full_name = pod_full_name(&pod);
+        if self
+            .parked
+            .get(&full_name)
+            .is_some_and(|p| uid_of(p) == uid)
+        {
+            self.parked.remove(&full_name);
+            return;
+        }
+        match self.workers.get_mut(&uid) {
+            Some(w) if w.is_terminating() => {}
+            Some(w) => {
+                info!(pod = %full_name, %uid, grace, "Terminating pod");
+                w.update(Desired::Terminate { pod, grace });
+            }
+            None => {
+                info!(pod = %full_name, %uid, grace, "Terminating pod");
+                self.spawn(uid, Desired::Terminate { pod, grace });
             }
         }
     }

@@ -122,7 +122,7 @@ async fn run(
             }
             Desired::Terminate { pod, grace } => match terminate(&uid, &pod, grace, &ctx).await {
                 Ok(()) => {
-                    ctx.status.remove(&uid);
+                    ctx.status.finish(&uid, &pod);
                     let _ = ctx.done.send(uid).await;
                     return;
                 }

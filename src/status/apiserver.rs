@@ -1,0 +1,121 @@
+//! Sends pod status to the API server: a PATCH of the status subresource when it changes
+//! (with the UID as a precondition, so a recreated pod of the same name is never touched), and
+//! the final DELETE once a pod whose deletion was requested has no containers left.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::{StatusEvent, StatusStore};
+use crate::config::{API_SOURCE, CONFIG_SOURCE_ANNOTATION, annotation};
+
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Upstream's status manager resyncs everything this often.
+const RESYNC: Duration = Duration::from_secs(10);
+
+fn is_api_pod(pod: &Pod) -> bool {
+    annotation(pod, CONFIG_SOURCE_ANNOTATION) == Some(API_SOURCE)
+}
+
+pub struct StatusSyncer {
+    client: kube::Client,
+    store: Arc<StatusStore>,
+    /// What the API server last accepted, per pod; bounded by the store's pods.
+    sent: HashMap<String, PodStatus>,
+}
+
+impl StatusSyncer {
+    pub fn new(client: kube::Client, store: Arc<StatusStore>) -> Self {
+        StatusSyncer {
+            client,
+            store,
+            sent: HashMap::new(),
+        }
+    }
+
+    async fn patch(&mut self, uid: &str) {
+        let Some((pod, status)) = self.store.entry(uid) else {
+            self.sent.remove(uid);
+            return;
+        };
+        if !is_api_pod(&pod) || self.sent.get(uid) == Some(&status) {
+            return;
+        }
+        let m = &pod.metadata;
+        let (ns, name) = (
+            m.namespace.as_deref().unwrap_or("default"),
+            m.name.as_deref().unwrap_or_default(),
+        );
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        let body = json!({ "metadata": { "uid": uid }, "status": status });
+        let (params, patch) = (PatchParams::default(), Patch::Merge(&body));
+        let call = api.patch_status(name, &params, &patch);
+        match tokio::time::timeout(CALL_TIMEOUT, call).await {
+            Ok(Ok(_)) => {
+                debug!(pod = %format!("{ns}/{name}"), "Status patched");
+                self.sent.insert(uid.to_string(), status);
+            }
+            Ok(Err(kube::Error::Api(e))) if e.code == 404 || e.code == 409 => {
+                debug!(pod = %format!("{ns}/{name}"), code = e.code, "Pod gone or replaced; status not sent");
+            }
+            Ok(Err(err)) => {
+                warn!(pod = %format!("{ns}/{name}"), %err, "Failed to patch pod status")
+            }
+            Err(_) => warn!(pod = %format!("{ns}/{name}"), "Patching pod status timed out"),
+        }
+    }
+
+    async fn delete(&mut self, uid: &str, namespace: &str, name: &str) {
+        self.sent.remove(uid);
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match tokio::time::timeout(CALL_TIMEOUT, api.delete(name, &params)).await {
+            Ok(Ok(_)) => {
+                info!(pod = %format!("{namespace}/{name}"), "Pod deleted from the API server")
+            }
+            Ok(Err(kube::Error::Api(e))) if e.code == 404 || e.code == 409 => {}
+            Ok(Err(err)) => {
+                warn!(pod = %format!("{namespace}/{name}"), %err, "Failed to delete pod")
+            }
+            Err(_) => warn!(pod = %format!("{namespace}/{name}"), "Deleting pod timed out"),
+        }
+    }
+
+    pub async fn run(mut self, mut events: mpsc::Receiver<StatusEvent>, cancel: CancellationToken) {
+        let mut resync = tokio::time::interval(RESYNC);
+        resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                e = events.recv() => match e {
+                    None => return,
+                    Some(StatusEvent::Changed(uid)) => self.patch(&uid).await,
+                    Some(StatusEvent::Terminated { uid, namespace, name }) => {
+                        self.delete(&uid, &namespace, &name).await
+                    }
+                },
+                _ = resync.tick() => {
+                    let live = self.store.uids();
+                    self.sent.retain(|uid, _| live.contains(uid));
+                    for uid in live {
+                        self.patch(&uid).await;
+                    }
+                }
+            }
+        }
+    }
+}
