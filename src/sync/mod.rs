@@ -1,12 +1,13 @@
 //! The sync loop: the one place where pod updates, PLEG events and housekeeping meet. It only
 //! routes work to pod workers; all runtime calls happen in the workers.
 
+pub mod admission;
 pub mod worker;
 
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -15,7 +16,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::config::{PodUpdate, pod_full_name};
 use crate::pleg::RuntimePods;
@@ -49,6 +50,12 @@ impl SyncLoopHealth {
     }
 }
 
+/// What admission checks pods against.
+pub struct Admission {
+    pub allocatable: admission::Allocatable,
+    pub node_labels: std::collections::BTreeMap<String, String>,
+}
+
 pub struct SyncLoopInputs {
     pub pod_updates: mpsc::Receiver<PodUpdate>,
     pub pleg_events: mpsc::Receiver<String>,
@@ -78,6 +85,11 @@ pub struct SyncLoop {
     /// edited static pod manifest gets a new UID, and the new pod must not run beside the old
     /// one (they would fight over host ports and data). Keyed by full name.
     parked: HashMap<String, Arc<Pod>>,
+    /// API pods are admitted against this; static pods are not (like upstream's critical pods).
+    admission: Option<Admission>,
+    /// UIDs failed at admission, so later updates of the same object are not re-admitted.
+    /// Bounded by the source's pods: entries go when the pod is removed.
+    rejected: HashSet<String>,
     ctx: Arc<WorkerContext>,
     done_rx: mpsc::Receiver<String>,
     health: Arc<SyncLoopHealth>,
@@ -102,6 +114,8 @@ impl SyncLoop {
         SyncLoop {
             workers: HashMap::new(),
             parked: HashMap::new(),
+            admission: None,
+            rejected: HashSet::new(),
             ctx: Arc::new(WorkerContext {
                 runtime,
                 status,
@@ -141,6 +155,12 @@ impl SyncLoop {
                         self.terminate(pod);
                         continue;
                     }
+                    if self.rejected.contains(&uid) {
+                        continue;
+                    }
+                    if !self.workers.contains_key(&uid) && !self.admitted(&pod) {
+                        continue;
+                    }
                     if let Some(w) = self.workers.get_mut(&uid).filter(|w| !w.is_terminating()) {
                         w.update(Desired::Run(pod));
                     } else if self.terminating_named(&full_name) {
@@ -160,9 +180,55 @@ impl SyncLoop {
         }
     }
 
+    pub fn with_admission(mut self, admission: Admission) -> Self {
+        self.admission = Some(admission);
+        self
+    }
+
+    /// Admission of a new API pod; a rejected pod gets a Failed status and no worker.
+    fn admitted(&mut self, pod: &Arc<Pod>) -> bool {
+        let Some(adm) = &self.admission else {
+            return true;
+        };
+        if crate::config::is_static_pod(pod) {
+            return true;
+        }
+        let running: Vec<Arc<Pod>> = self
+            .workers
+            .values()
+            .filter(|w| !w.is_terminating())
+            .map(|w| w.pod())
+            .collect();
+        let verdict = admission::admit(
+            pod,
+            running.iter().map(|p| p.as_ref()),
+            &adm.allocatable,
+            &adm.node_labels,
+        );
+        let Err(rejection) = verdict else {
+            return true;
+        };
+        let uid = uid_of(pod);
+        warn!(pod = %pod_full_name(pod), reason = %rejection.reason, message = %rejection.message, "Pod rejected");
+        let status = k8s_openapi::api::core::v1::PodStatus {
+            phase: Some("Failed".into()),
+            reason: Some(rejection.reason),
+            message: Some(format!("Pod was rejected: {}", rejection.message)),
+            ..Default::default()
+        };
+        self.ctx.status.set(&uid, pod.clone(), status);
+        self.rejected.insert(uid);
+        false
+    }
+
     /// A pod removed from its source, or whose deletion the API server asked for.
     fn terminate(&mut self, pod: Arc<Pod>) {
         let uid = uid_of(&pod);
+        if self.rejected.remove(&uid) {
+            // Never started: nothing to stop, only the object to let go.
+            self.ctx.status.finish(&uid, &pod);
+            return;
+        }
         let grace = grace_of(&pod);
         let full_name = pod_full_name(&pod);
         if self

@@ -78,6 +78,13 @@ impl WorkerHandle {
         let _ = self.poke.try_send(());
     }
 
+    /// The pod the worker currently runs (or terminates).
+    pub fn pod(&self) -> Arc<Pod> {
+        match &*self.desired.borrow() {
+            Desired::Run(pod) | Desired::Terminate { pod, .. } => pod.clone(),
+        }
+    }
+
     pub fn full_name(&self) -> &str {
         &self.full_name
     }

@@ -1,0 +1,201 @@
+//! Pod admission: before the kubelet runs a pod from the API server, it checks that the pod
+//! fits next to the pods already admitted (upstream's predicate admit handler). A pod that does
+//! not fit is failed with upstream's reason and never started.
+
+use std::collections::{BTreeMap, HashSet};
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::cm::qos::pod_requests;
+
+/// What the node offers pods.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Allocatable {
+    pub cpu_millis: i64,
+    pub memory_bytes: i64,
+    pub pods: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rejection {
+    pub reason: String,
+    pub message: String,
+}
+
+const NANO: i128 = 1_000_000_000;
+
+fn requests(pod: &Pod) -> (i64, i64) {
+    let totals = pod
+        .spec
+        .as_ref()
+        .and_then(|s| pod_requests(s).ok())
+        .unwrap_or_default();
+    let cpu = totals.get("cpu").copied().unwrap_or(0) / 1_000_000;
+    let mem = totals.get("memory").copied().unwrap_or(0) / NANO;
+    (cpu as i64, mem as i64)
+}
+
+fn host_ports(pod: &Pod) -> Vec<(String, String, i32)> {
+    pod.spec
+        .iter()
+        .flat_map(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+        })
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter_map(|p| {
+            let port = p.host_port.filter(|h| *h > 0)?;
+            Some((
+                p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                p.host_ip.clone().unwrap_or_default(),
+                port,
+            ))
+        })
+        .collect()
+}
+
+fn reject(reason: &str, message: String) -> Result<(), Rejection> {
+    Err(Rejection {
+        reason: reason.to_string(),
+        message,
+    })
+}
+
+fn short(resource: &str, requested: i64, used: i64, capacity: i64) -> String {
+    format!(
+        "Node didn't have enough resource: {resource}, requested: {requested}, used: {used}, capacity: {capacity}"
+    )
+}
+
+/// Checks `pod` against the node and the pods already admitted.
+pub fn admit<'a>(
+    pod: &Pod,
+    admitted: impl Iterator<Item = &'a Pod>,
+    node: &Allocatable,
+    node_labels: &BTreeMap<String, String>,
+) -> Result<(), Rejection> {
+    let spec = pod.spec.clone().unwrap_or_default();
+    if let Some(selector) = &spec.node_selector
+        && selector.iter().any(|(k, v)| node_labels.get(k) != Some(v))
+    {
+        return reject("NodeAffinity", "Predicate NodeAffinity failed".into());
+    }
+    let (mut used_cpu, mut used_mem, mut count) = (0i64, 0i64, 0i64);
+    let mut used_ports: HashSet<(String, String, i32)> = HashSet::new();
+    for other in admitted {
+        let (c, m) = requests(other);
+        used_cpu += c;
+        used_mem += m;
+        count += 1;
+        used_ports.extend(host_ports(other));
+    }
+    let conflict = host_ports(pod).into_iter().any(|(proto, ip, port)| {
+        used_ports.iter().any(|(p2, ip2, port2)| {
+            *p2 == proto && *port2 == port && (ip.is_empty() || ip2.is_empty() || *ip2 == ip)
+        })
+    });
+    if conflict {
+        return reject("NodePorts", "Predicate NodePorts failed".into());
+    }
+    if count + 1 > node.pods {
+        return reject("OutOfpods", short("pods", 1, count, node.pods));
+    }
+    let (cpu, mem) = requests(pod);
+    if cpu > 0 && used_cpu + cpu > node.cpu_millis {
+        return reject("OutOfcpu", short("cpu", cpu, used_cpu, node.cpu_millis));
+    }
+    if mem > 0 && used_mem + mem > node.memory_bytes {
+        return reject(
+            "OutOfmemory",
+            short("memory", mem, used_mem, node.memory_bytes),
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Container, ContainerPort, PodSpec, ResourceRequirements};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    fn pod(cpu: &str, mem: &str, host_port: Option<i32>) -> Pod {
+        Pod {
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "c".into(),
+                    resources: Some(ResourceRequirements {
+                        requests: Some(BTreeMap::from([
+                            ("cpu".to_string(), Quantity(cpu.into())),
+                            ("memory".to_string(), Quantity(mem.into())),
+                        ])),
+                        ..Default::default()
+                    }),
+                    ports: host_port.map(|p| {
+                        vec![ContainerPort {
+                            container_port: 80,
+                            host_port: Some(p),
+                            ..Default::default()
+                        }]
+                    }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn node() -> Allocatable {
+        Allocatable {
+            cpu_millis: 2000,
+            memory_bytes: 1 << 30,
+            pods: 2,
+        }
+    }
+
+    #[test]
+    fn resources_pods_ports_and_selectors() {
+        let labels = BTreeMap::from([("disk".to_string(), "ssd".to_string())]);
+        let small = pod("500m", "100Mi", Some(8080));
+        assert!(admit(&small, [].into_iter(), &node(), &labels).is_ok());
+        let r = admit(
+            &pod("1500m", "1Mi", None),
+            [&small, &small].into_iter(),
+            &node(),
+            &labels,
+        );
+        assert_eq!(r.unwrap_err().reason, "OutOfpods");
+        let r = admit(
+            &pod("1600m", "1Mi", None),
+            [&small].into_iter(),
+            &node(),
+            &labels,
+        )
+        .unwrap_err();
+        assert_eq!(r.reason, "OutOfcpu");
+        assert_eq!(
+            r.message,
+            "Node didn't have enough resource: cpu, requested: 1600, used: 500, capacity: 2000"
+        );
+        let r = admit(&pod("1m", "2Gi", None), [].into_iter(), &node(), &labels).unwrap_err();
+        assert_eq!(r.reason, "OutOfmemory");
+        let r = admit(
+            &pod("1m", "1Mi", Some(8080)),
+            [&small].into_iter(),
+            &node(),
+            &labels,
+        );
+        assert_eq!(r.unwrap_err().reason, "NodePorts");
+        let mut picky = pod("1m", "1Mi", None);
+        picky.spec.as_mut().unwrap().node_selector =
+            Some(BTreeMap::from([("disk".to_string(), "hdd".to_string())]));
+        assert_eq!(
+            admit(&picky, [].into_iter(), &node(), &labels)
+                .unwrap_err()
+                .reason,
+            "NodeAffinity"
+        );
+    }
+}
