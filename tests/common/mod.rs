@@ -352,3 +352,67 @@ spec:
 "#
     )
 }
+
+/// The test control plane (hack/cluster/up.sh), started once per test binary; its env.sh
+/// exports as a map.
+pub fn cluster_env() -> std::collections::HashMap<String, String> {
+    static ENV: OnceLock<std::collections::HashMap<String, String>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let up = repo_root().join("hack/cluster/up.sh");
+        let status = Command::new("bash").arg(&up).status().expect("run up.sh");
+        assert!(status.success(), "{} failed: {status}", up.display());
+        let out = Command::new("bash")
+            .arg(repo_root().join("hack/cluster/env.sh"))
+            .output()
+            .expect("env.sh");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.trim_start_matches("export ").split_once('='))
+            .map(|(k, v)| (k.to_string(), v.trim_matches(['"', '\'']).to_string()))
+            .collect()
+    })
+    .clone()
+}
+
+/// A kubeconfig for `node` (client cert CN=system:node:<node>, O=system:nodes).
+pub fn node_kubeconfig(node: &str, out: &Path) {
+    let env = cluster_env();
+    let name = env
+        .get("KRS_CLUSTER_NAME")
+        .cloned()
+        .unwrap_or_else(|| "krs".into());
+    let status = Command::new("bash")
+        .arg(repo_root().join("hack/cluster/kubelet-kubeconfig.sh"))
+        .arg(&name)
+        .arg(node)
+        .arg(out)
+        .status()
+        .expect("kubelet-kubeconfig.sh");
+    assert!(status.success(), "kubelet-kubeconfig.sh failed");
+}
+
+pub async fn admin_client() -> kube::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let env = cluster_env();
+    let path = env.get("KUBECONFIG").expect("KUBECONFIG from env.sh");
+    let kc = kube::config::Kubeconfig::read_from(path).expect("admin kubeconfig");
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("admin config");
+    kube::Client::try_from(cfg).expect("admin client")
+}
+
+pub async fn wait_async<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
