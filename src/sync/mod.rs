@@ -67,6 +67,17 @@ fn uid_of(pod: &Pod) -> String {
     pod.metadata.uid.clone().unwrap_or_default()
 }
 
+/// A pod the API server already records as Succeeded or Failed is never started again (after
+/// a kubelet restart, say).
+fn finished(pod: &Pod) -> bool {
+    !crate::config::is_static_pod(pod)
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_some_and(|p| p == "Succeeded" || p == "Failed")
+}
+
 /// The grace period to stop with: the deletion's, when the API server asked for one.
 fn grace_of(pod: &Pod) -> i64 {
     pod.metadata
@@ -158,7 +169,8 @@ impl SyncLoop {
                     if self.rejected.contains(&uid) {
                         continue;
                     }
-                    if !self.workers.contains_key(&uid) && !self.admitted(&pod) {
+                    if !self.workers.contains_key(&uid) && (finished(&pod) || !self.admitted(&pod))
+                    {
                         continue;
                     }
                     if let Some(w) = self.workers.get_mut(&uid).filter(|w| !w.is_terminating()) {
