@@ -253,6 +253,39 @@ pub async fn run(ctx: NodeContext, cancel: CancellationToken) {
     );
 }
 
+/// Defaults as a kubelet with no flags would have them, for node "node-a" at 10.0.0.5.
+#[cfg(test)]
+pub(crate) fn test_settings() -> NodeSettings {
+    NodeSettings {
+        hostname: "node-a".into(),
+        node_ips: vec!["10.0.0.5".into()],
+        node_ip_given: false,
+        external_cloud_provider: false,
+        node_labels: BTreeMap::new(),
+        register_node: true,
+        register_with_taints: Vec::new(),
+        provider_id: String::new(),
+        enable_controller_attach_detach: true,
+        max_pods: 110,
+        pods_per_core: 0,
+        port: 10250,
+        status_update_frequency: Duration::from_secs(10),
+        status_report_frequency: Duration::from_secs(300),
+        lease_duration_seconds: 40,
+        max_images: 50,
+        system_reserved: BTreeMap::new(),
+        kube_reserved: BTreeMap::new(),
+        eviction_hard: BTreeMap::new(),
+        local_storage_capacity_isolation: true,
+        root_dir: PathBuf::from("/var/lib/kubelet"),
+        kubelet_version: crate::cli::KUBELET_VERSION.to_string(),
+        api_timeout: Duration::from_secs(10),
+    }
+}
+
+#[cfg(test)]
+mod loop_tests;
+
 #[cfg(test)]
 mod tests {
     use super::*;

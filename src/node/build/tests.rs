@@ -1,5 +1,4 @@
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, NodeCondition, Taint};
@@ -14,31 +13,7 @@ use crate::node::info::{HugePages, MachineFacts};
 const GI: u64 = 1 << 30;
 
 fn settings() -> NodeSettings {
-    NodeSettings {
-        hostname: "node-a".into(),
-        node_ips: vec!["10.0.0.5".into()],
-        node_ip_given: false,
-        external_cloud_provider: false,
-        node_labels: BTreeMap::new(),
-        register_node: true,
-        register_with_taints: Vec::new(),
-        provider_id: String::new(),
-        enable_controller_attach_detach: true,
-        max_pods: 110,
-        pods_per_core: 0,
-        port: 10250,
-        status_update_frequency: Duration::from_secs(10),
-        status_report_frequency: Duration::from_secs(300),
-        lease_duration_seconds: 40,
-        max_images: 50,
-        system_reserved: BTreeMap::new(),
-        kube_reserved: BTreeMap::new(),
-        eviction_hard: BTreeMap::new(),
-        local_storage_capacity_isolation: true,
-        root_dir: PathBuf::from("/var/lib/kubelet"),
-        kubelet_version: "v1.34.0".into(),
-        api_timeout: Duration::from_secs(10),
-    }
+    crate::node::test_settings()
 }
 
 fn facts() -> MachineFacts {
