@@ -167,7 +167,8 @@ pub fn apply_status(
     });
     status.images = (!inputs.images.is_empty()).then(|| inputs.images.clone());
     if let Some(h) = &inputs.runtime_handlers {
-        status.runtime_handlers = Some(h.clone());
+        // An empty list reads back as absent; keep it absent so it never looks like a change.
+        status.runtime_handlers = (!h.is_empty()).then(|| h.clone());
     }
     set_conditions(status, cfg, inputs, &now);
 }

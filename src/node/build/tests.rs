@@ -653,3 +653,25 @@ fn aggregate_like_kubernetes() {
         Some("[a, b]".into())
     );
 }
+
+#[test]
+fn runtime_handlers_are_listed_when_known() {
+    let cfg = settings();
+    let mut i = inputs();
+    i.runtime_handlers = Some(node_runtime_handlers(&[api::RuntimeHandler {
+        name: "runc".into(),
+        features: Some(api::RuntimeHandlerFeatures {
+            recursive_read_only_mounts: true,
+            user_namespaces: false,
+        }),
+    }]));
+    let node = initial_node(&cfg, &i, &ts("2025-01-01T00:00:00Z"));
+    let v = serde_json::to_value(&node.status).unwrap_or_default();
+    assert_eq!(
+        v["runtimeHandlers"],
+        json!([{"name": "runc", "features": {"recursiveReadOnlyMounts": true, "userNamespaces": false}}])
+    );
+    i.runtime_handlers = Some(Vec::new());
+    let node = initial_node(&cfg, &i, &ts("2025-01-01T00:00:00Z"));
+    assert_eq!(node.status.and_then(|s| s.runtime_handlers), None);
+}
