@@ -1,1 +1,342 @@
-//! Node registration, status and lease (being written).
+//! The node's presence in the API: registering the Node object, keeping its status current,
+//! and renewing its lease in kube-node-lease (upstream's kubelet_node_status.go and the
+//! nodelease controller).
+//!
+//! [`run`] registers (when `registerNode` is set), then runs the status loop and the lease
+//! loop until cancelled. How the status is computed lives in [`build`] as plain functions of
+//! fixed inputs, so it can be tested without an API server.
+
+pub mod build;
+pub mod info;
+pub mod lease;
+pub mod quantity;
+pub mod register;
+pub mod status;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Taint;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::Settings;
+use crate::cri::{CriError, RuntimeClient};
+use crate::pleg::PlegHealth;
+
+/// The configuration the node loops use, copied out of the kubelet settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeSettings {
+    /// The `kubernetes.io/hostname` label and the Hostname address.
+    pub hostname: String,
+    /// InternalIP addresses, primary first (at most two: one per family).
+    pub node_ips: Vec<String>,
+    /// Whether `--node-ip` was given (only then is the IP announced to an external cloud
+    /// provider).
+    pub node_ip_given: bool,
+    pub external_cloud_provider: bool,
+    pub node_labels: BTreeMap<String, String>,
+    pub register_node: bool,
+    pub register_with_taints: Vec<Taint>,
+    pub provider_id: String,
+    pub enable_controller_attach_detach: bool,
+    pub max_pods: i32,
+    pub pods_per_core: i32,
+    pub port: i32,
+    pub status_update_frequency: Duration,
+    pub status_report_frequency: Duration,
+    pub lease_duration_seconds: i32,
+    /// Cap on images in the status; -1 means no cap.
+    pub max_images: i32,
+    pub system_reserved: BTreeMap<String, String>,
+    pub kube_reserved: BTreeMap<String, String>,
+    pub eviction_hard: BTreeMap<String, String>,
+    pub local_storage_capacity_isolation: bool,
+    /// The kubelet root directory; its filesystem's size is the ephemeral-storage capacity.
+    pub root_dir: PathBuf,
+    pub kubelet_version: String,
+    /// Bound on every API call made by these loops.
+    pub api_timeout: Duration,
+}
+
+impl NodeSettings {
+    /// `detected_ip` is the address to report when `--node-ip` was not given.
+    pub fn from_settings(settings: &Settings, detected_ip: &str) -> Self {
+        let flags = &settings.flags;
+        let cfg = &settings.config;
+        let hostname = settings.node_name();
+        let node_ip_given = !flags.node_ip.is_empty();
+        let node_ips = if node_ip_given {
+            flags.node_ip.iter().map(|ip| ip.to_string()).collect()
+        } else if let Ok(ip) = hostname.parse::<std::net::IpAddr>() {
+            // Upstream reports a hostname override that is an IP as the node's address.
+            vec![ip.to_string()]
+        } else {
+            vec![detected_ip.to_string()]
+        };
+        let update = cfg.node_status_update_frequency.as_duration();
+        let lease =
+            Duration::from_secs(u64::try_from(cfg.node_lease_duration_seconds).unwrap_or(40));
+        Self {
+            hostname,
+            node_ips,
+            node_ip_given,
+            external_cloud_provider: flags.cloud_provider == "external",
+            node_labels: flags.node_labels.clone(),
+            register_node: cfg.register_node,
+            register_with_taints: cfg.register_with_taints.clone(),
+            provider_id: cfg.provider_id.clone(),
+            enable_controller_attach_detach: cfg.enable_controller_attach_detach,
+            max_pods: cfg.max_pods,
+            pods_per_core: cfg.pods_per_core,
+            port: cfg.port,
+            status_update_frequency: update,
+            status_report_frequency: cfg.node_status_report_frequency.as_duration(),
+            lease_duration_seconds: cfg.node_lease_duration_seconds,
+            max_images: cfg.node_status_max_images,
+            system_reserved: cfg.system_reserved.clone(),
+            kube_reserved: cfg.kube_reserved.clone(),
+            eviction_hard: cfg.eviction_hard.clone(),
+            local_storage_capacity_isolation: cfg.local_storage_capacity_isolation,
+            root_dir: flags.root_dir.clone(),
+            kubelet_version: crate::cli::KUBELET_VERSION.to_string(),
+            api_timeout: heartbeat_timeout(update, lease),
+        }
+    }
+}
+
+/// Upstream bounds heartbeat requests by the status update period, and never by more than
+/// the lease duration, so one slow request cannot outlive the lease it is renewing.
+fn heartbeat_timeout(update: Duration, lease: Duration) -> Duration {
+    let t = if update.is_zero() {
+        lease
+    } else {
+        update.min(lease)
+    };
+    t.max(Duration::from_secs(1))
+}
+
+/// Everything the node loops need.
+#[derive(Clone)]
+pub struct NodeContext {
+    pub client: kube::Client,
+    pub node_name: String,
+    pub settings: NodeSettings,
+    pub cri: RuntimeClient,
+    pub pleg: Arc<PlegHealth>,
+}
+
+impl NodeContext {
+    pub fn new(
+        client: kube::Client,
+        settings: &Settings,
+        detected_ip: &str,
+        cri: RuntimeClient,
+        pleg: Arc<PlegHealth>,
+    ) -> Self {
+        Self {
+            client,
+            node_name: settings.node_name(),
+            settings: NodeSettings::from_settings(settings, detected_ip),
+            cri,
+            pleg,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("cancelled")]
+    Cancelled,
+    #[error("{what} timed out after {timeout:?}")]
+    Timeout {
+        what: &'static str,
+        timeout: Duration,
+    },
+    #[error("{what}")]
+    Api {
+        what: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{what}")]
+    Cri {
+        what: &'static str,
+        #[source]
+        source: CriError,
+    },
+    #[error("{0}")]
+    Other(String),
+}
+
+impl NodeError {
+    fn api_status(&self) -> Option<&kube::core::Status> {
+        match self {
+            NodeError::Api {
+                source: kube::Error::Api(status),
+                ..
+            } => Some(status),
+            _ => None,
+        }
+    }
+
+    pub fn is_not_found(&self) -> bool {
+        self.api_status().is_some_and(|s| s.is_not_found())
+    }
+
+    pub fn is_conflict(&self) -> bool {
+        self.api_status().is_some_and(|s| s.is_conflict())
+    }
+
+    pub fn is_already_exists(&self) -> bool {
+        self.api_status().is_some_and(|s| s.is_already_exists())
+    }
+
+    pub fn is_forbidden(&self) -> bool {
+        self.api_status().is_some_and(|s| s.is_forbidden())
+    }
+}
+
+/// One API call, bounded by `timeout` and abandoned on cancellation.
+async fn api_call<T>(
+    cancel: &CancellationToken,
+    timeout: Duration,
+    what: &'static str,
+    fut: impl Future<Output = Result<T, kube::Error>>,
+) -> Result<T, NodeError> {
+    tokio::select! {
+        _ = cancel.cancelled() => Err(NodeError::Cancelled),
+        r = tokio::time::timeout(timeout, fut) => match r {
+            Err(_) => Err(NodeError::Timeout { what, timeout }),
+            Ok(Err(source)) => Err(NodeError::Api { what, source }),
+            Ok(Ok(v)) => Ok(v),
+        },
+    }
+}
+
+/// One CRI call (the client bounds it by its own deadline), abandoned on cancellation.
+async fn cri_call<T>(
+    cancel: &CancellationToken,
+    what: &'static str,
+    fut: impl Future<Output = Result<T, CriError>>,
+) -> Result<T, NodeError> {
+    tokio::select! {
+        _ = cancel.cancelled() => Err(NodeError::Cancelled),
+        r = fut => r.map_err(|source| NodeError::Cri { what, source }),
+    }
+}
+
+/// Sleeps unless cancelled first; false when cancelled.
+async fn sleep_or_cancel(cancel: &CancellationToken, d: Duration) -> bool {
+    tokio::select! {
+        _ = cancel.cancelled() => false,
+        _ = tokio::time::sleep(d) => true,
+    }
+}
+
+/// Registers the node (when configured to), then keeps its status and lease current until
+/// `cancel` fires.
+pub async fn run(ctx: NodeContext, cancel: CancellationToken) {
+    let mut tracker = status::RuntimeTracker::default();
+    if ctx.settings.register_node
+        && register::register(&ctx, &mut tracker, &cancel)
+            .await
+            .is_err()
+    {
+        return;
+    }
+    tokio::join!(
+        status::run_status_loop(&ctx, tracker, &cancel),
+        lease::run_lease_loop(&ctx, &cancel),
+    );
+}
+
+/// Defaults as a kubelet with no flags would have them, for node "node-a" at 10.0.0.5.
+#[cfg(test)]
+pub(crate) fn test_settings() -> NodeSettings {
+    NodeSettings {
+        hostname: "node-a".into(),
+        node_ips: vec!["10.0.0.5".into()],
+        node_ip_given: false,
+        external_cloud_provider: false,
+        node_labels: BTreeMap::new(),
+        register_node: true,
+        register_with_taints: Vec::new(),
+        provider_id: String::new(),
+        enable_controller_attach_detach: true,
+        max_pods: 110,
+        pods_per_core: 0,
+        port: 10250,
+        status_update_frequency: Duration::from_secs(10),
+        status_report_frequency: Duration::from_secs(300),
+        lease_duration_seconds: 40,
+        max_images: 50,
+        system_reserved: BTreeMap::new(),
+        kube_reserved: BTreeMap::new(),
+        eviction_hard: BTreeMap::new(),
+        local_storage_capacity_isolation: true,
+        root_dir: PathBuf::from("/var/lib/kubelet"),
+        kubelet_version: crate::cli::KUBELET_VERSION.to_string(),
+        api_timeout: Duration::from_secs(10),
+    }
+}
+
+#[cfg(test)]
+mod loop_tests;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Settings {
+        let mut v = vec!["kubelet".to_string()];
+        v.extend(args.iter().map(|s| s.to_string()));
+        match crate::cli::parse(v) {
+            Ok(s) => s,
+            Err(e) => panic!("parse: {e}"),
+        }
+    }
+
+    #[test]
+    fn settings_copy_the_config() {
+        let s = parse(&[
+            "--hostname-override=Node-A",
+            "--node-labels=team=x",
+            "--max-pods=42",
+            "--cloud-provider=external",
+        ]);
+        let n = NodeSettings::from_settings(&s, "10.1.2.3");
+        assert_eq!(n.hostname, "node-a");
+        assert_eq!(n.node_ips, vec!["10.1.2.3".to_string()]);
+        assert!(!n.node_ip_given);
+        assert!(n.external_cloud_provider);
+        assert_eq!(n.node_labels.get("team").map(String::as_str), Some("x"));
+        assert_eq!(n.max_pods, 42);
+        assert_eq!(n.status_update_frequency, Duration::from_secs(10));
+        assert_eq!(n.status_report_frequency, Duration::from_secs(300));
+        assert_eq!(n.lease_duration_seconds, 40);
+        assert_eq!(n.api_timeout, Duration::from_secs(10));
+        assert_eq!(n.kubelet_version, crate::cli::KUBELET_VERSION);
+    }
+
+    #[test]
+    fn node_ip_flag_and_ip_hostnames_win_over_detection() {
+        let s = parse(&["--hostname-override=n", "--node-ip=192.168.0.9"]);
+        let n = NodeSettings::from_settings(&s, "10.1.2.3");
+        assert_eq!(n.node_ips, vec!["192.168.0.9".to_string()]);
+        assert!(n.node_ip_given);
+        let s = parse(&["--hostname-override=172.16.0.4"]);
+        let n = NodeSettings::from_settings(&s, "10.1.2.3");
+        assert_eq!(n.node_ips, vec!["172.16.0.4".to_string()]);
+    }
+
+    #[test]
+    fn heartbeat_timeout_is_bounded_by_the_lease() {
+        let s = Duration::from_secs;
+        assert_eq!(heartbeat_timeout(s(10), s(40)), s(10));
+        assert_eq!(heartbeat_timeout(s(60), s(40)), s(40));
+        assert_eq!(heartbeat_timeout(Duration::ZERO, s(40)), s(40));
+    }
+}
