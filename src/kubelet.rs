@@ -17,13 +17,15 @@ use crate::cm::{CgroupManager, PodCgroupOptions};
 use crate::config;
 use crate::cri::RuntimeClient;
 use crate::events::EventRecorder;
+use crate::node;
 use crate::pleg::{Pleg, PlegHealth};
 use crate::runtime::images::ImagePuller;
 use crate::runtime::{RuntimeManager, RuntimeSettings, dns, paths};
 use crate::server::{self, ServerState};
 use crate::status::StatusStore;
 use crate::status::apiserver::StatusSyncer;
-use crate::sync::{SyncLoop, SyncLoopHealth, SyncLoopInputs};
+use crate::sync::admission::Allocatable;
+use crate::sync::{Admission, SyncLoop, SyncLoopHealth, SyncLoopInputs};
 
 #[derive(Debug, thiserror::Error)]
 pub enum KubeletError {
@@ -92,6 +94,29 @@ fn create_dir(path: &std::path::Path) -> Result<(), KubeletError> {
         path: path.to_path_buf(),
         source,
     })
+}
+
+/// What API pods are admitted against: the node's allocatable resources and labels, exactly
+/// as it registers them.
+fn admission(settings: &Settings, node_ip: &str) -> Admission {
+    use crate::cm::quantity::parse_nano;
+    let node_settings = node::NodeSettings::from_settings(settings, node_ip);
+    let (allocatable, node_labels) = node::admission_view(&node_settings, &settings.flags.root_dir);
+    let get = |name: &str, scale: i128| {
+        allocatable
+            .get(name)
+            .and_then(|q| parse_nano(q).ok())
+            .map(|n| (n / scale) as i64)
+            .unwrap_or(0)
+    };
+    Admission {
+        allocatable: Allocatable {
+            cpu_millis: get("cpu", 1_000_000),
+            memory_bytes: get("memory", 1_000_000_000),
+            pods: get("pods", 1_000_000_000),
+        },
+        node_labels,
+    }
 }
 
 /// Whether /proc/swaps lists any active swap device (it always has a header line).
@@ -208,7 +233,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         images,
         EventRecorder,
         RuntimeSettings {
-            node_ip,
+            node_ip: node_ip.clone(),
             logs_root,
             root_dir: flags.root_dir.clone(),
             dns: dns::DnsSettings {
@@ -284,6 +309,17 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
     );
     tasks.spawn(pleg.run(cancel.child_token()));
 
+    if let Some(client) = &client {
+        let ctx = node::NodeContext::new(
+            client.clone(),
+            &settings,
+            &node_ip,
+            cri.clone(),
+            pleg_health.clone(),
+        );
+        tasks.spawn(node::run(ctx, cancel.child_token()));
+    }
+
     let sync_health = Arc::new(SyncLoopHealth::default());
     let sync_loop = SyncLoop::new(
         (runtime.clone(), status.clone()),
@@ -293,6 +329,10 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         sync_health.clone(),
         cancel.child_token(),
     );
+    let sync_loop = match &client {
+        Some(_) => sync_loop.with_admission(admission(&settings, &node_ip)),
+        None => sync_loop,
+    };
     tasks.spawn(sync_loop.run(SyncLoopInputs {
         pod_updates: updates_rx,
         pleg_events: pleg_rx,

@@ -253,6 +253,24 @@ pub async fn run(ctx: NodeContext, cancel: CancellationToken) {
     );
 }
 
+/// The labels and allocatable resources this node registers with, for pod admission.
+/// Blocking (reads machine facts): call it before the async loops start or off the runtime.
+pub fn admission_view(
+    settings: &NodeSettings,
+    root_dir: &std::path::Path,
+) -> (
+    BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    BTreeMap<String, String>,
+) {
+    let inputs = build::StatusInputs {
+        machine: info::read_machine_facts(&info::FactSources::default(), root_dir),
+        ..Default::default()
+    };
+    let node = build::initial_node(settings, &inputs, &jiff::Timestamp::now());
+    let allocatable = node.status.and_then(|s| s.allocatable).unwrap_or_default();
+    (allocatable, node.metadata.labels.unwrap_or_default())
+}
+
 /// Defaults as a kubelet with no flags would have them, for node "node-a" at 10.0.0.5.
 #[cfg(test)]
 pub(crate) fn test_settings() -> NodeSettings {
