@@ -1,0 +1,420 @@
+#!/usr/bin/env bash
+# Usage: hack/cluster/smoke.sh [--upstream-kubelet] [--keep] [NAME]
+#
+# Proves that the local control plane NAME (default "krs") does what kubelet tests need. Starts
+# it with up.sh when it does not run (and leaves it running). Checks, against the real apiserver:
+#   - /readyz is ok and the four standard namespaces exist;
+#   - a Deployment of one busybox pod (pinned to node $KRS_SMOKE_NODE) stays Pending and the
+#     scheduler says why (no node, or no matching node);
+#   - with the bootstrap kubeconfig, a CSR for system:node:<node> (signer
+#     kubernetes.io/kube-apiserver-client-kubelet) is auto-approved and issued by the cluster CA;
+#   - a kubeconfig from kubelet-kubeconfig.sh may create its own Node and no other.
+# With --upstream-kubelet it then runs the upstream kubelet v1.20.2 as node $KRS_SMOKE_NODE: TLS
+# bootstrap from the bootstrap kubeconfig, its own containerd (hack/testbed, instance
+# $KRS_SMOKE_INSTANCE), waits for the node to be Ready, the Deployment's pod to run, and for
+# `kubectl logs` and `kubectl exec` to work through the apiserver; then removes it all again.
+# That part runs in a private mount namespace: /var/log/pods, /var/log/containers, /etc/hosts
+# (with "<node ip> <node>") and the sysctls the kubelet adjusts are private copies.
+# --keep leaves the Deployment, Node and CSRs in the cluster (the kubelet is stopped regardless).
+#
+# Env: KRS_SMOKE_NODE (default test-node), KRS_SMOKE_INSTANCE (containerd instance, default
+# clsmoke), KRS_SMOKE_TIMEOUT (seconds per wait, default 180), KRS_NODE_IP.
+# Exit status 0 only if every check passed.
+# shellcheck disable=SC2015 # "A && pass || fail" is safe: pass always succeeds.
+set -euo pipefail
+
+SELF="$(readlink -f "$0")"
+HERE="$(dirname "$SELF")"
+# shellcheck source=hack/cluster/lib.sh
+source "$HERE/lib.sh"
+
+NODE="${KRS_SMOKE_NODE:-test-node}"
+INSTANCE="${KRS_SMOKE_INSTANCE:-clsmoke}"
+TIMEOUT_S="${KRS_SMOKE_TIMEOUT:-180}"
+KUBELET_BIN="$KRS_CL_BIN_DIR/kubelet"
+KUBELET_PORT=10450
+KUBELET_HEALTHZ_PORT=10448
+DEPLOYMENT=smoke-busybox
+IMAGE=docker.io/library/busybox:1.36
+TESTBED="$KRS_CL_REPO_ROOT/hack/testbed"
+# The kubelet writes these at start; in our namespace it writes private copies.
+SYSCTLS=(vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops
+	kernel/keys/root_maxkeys kernel/keys/root_maxbytes)
+
+FAILED=0
+pass() { printf '[smoke] PASS %s\n' "$*" >&2; }
+fail() {
+	printf '[smoke] FAIL %s\n' "$*" >&2
+	FAILED=1
+}
+k() { kubectl --kubeconfig "$CL_ADMIN_CONF" --request-timeout=20s "$@"; }
+
+# poll SECONDS CMD...: runs CMD until it succeeds; fails after SECONDS.
+poll() {
+	local deadline=$((SECONDS + $1))
+	shift
+	until "$@" >/dev/null 2>&1; do
+		((SECONDS < deadline)) || return 1
+		sleep 1
+	done
+}
+
+usage() { echo "usage: $0 [--upstream-kubelet] [--keep] [NAME]" >&2; }
+
+# --- API checks ----------------------------------------------------------------------------------
+
+check_ready() {
+	local out
+	out="$(k get --raw /readyz 2>&1)" || true
+	[[ "$out" == ok ]] && pass "/readyz: ok" || fail "/readyz: $out"
+	local ns
+	for ns in default kube-system kube-public kube-node-lease; do
+		k get namespace "$ns" >/dev/null 2>&1 && pass "namespace $ns exists" || fail "namespace $ns missing"
+	done
+}
+
+deployment_yaml() {
+	cat <<EOF
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: $DEPLOYMENT
+  namespace: default
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: $DEPLOYMENT}
+  template:
+    metadata:
+      labels: {app: $DEPLOYMENT}
+    spec:
+      nodeSelector: {kubernetes.io/hostname: $NODE}
+      terminationGracePeriodSeconds: 2
+      containers:
+      - name: main
+        image: $IMAGE
+        imagePullPolicy: IfNotPresent
+        command: ["sh", "-c", "echo smoke-hello-from-\$(hostname); trap 'exit 0' TERM; while true; do sleep 1; done"]
+EOF
+}
+
+# The scheduler's latest complaint about the deployment's pod.
+scheduling_failure() {
+	local pod
+	pod="$(k get pods -l "app=$DEPLOYMENT" -o 'jsonpath={.items[0].metadata.name}')"
+	[[ -n "$pod" ]] || return 1
+	k get events -n default --field-selector "reason=FailedScheduling,involvedObject.name=$pod" \
+		-o 'jsonpath={.items[-1:].message}'
+}
+
+scheduler_complained() {
+	scheduling_failure | grep -Eq 'no nodes available|didn.t match'
+}
+
+check_pending_deployment() {
+	k delete deployment "$DEPLOYMENT" --ignore-not-found --wait=true >/dev/null 2>&1 || true
+	deployment_yaml | k apply -f - >/dev/null || {
+		fail "cannot create deployment $DEPLOYMENT"
+		return
+	}
+	if k get node "$NODE" >/dev/null 2>&1; then
+		pass "deployment created (node $NODE exists already: not checking Pending)"
+		return
+	fi
+	if poll 60 scheduler_complained; then
+		local phase
+		phase="$(k get pods -l "app=$DEPLOYMENT" -o 'jsonpath={.items[*].status.phase}')"
+		[[ "$phase" == Pending ]] && pass "deployment's pod Pending; scheduler: $(scheduling_failure)" ||
+			fail "deployment's pod phase '$phase', wanted Pending"
+	else
+		fail "no FailedScheduling event for the pending pod"
+	fi
+}
+
+csr_issued() {
+	[[ -n "$(kubectl --kubeconfig "$CL_BOOTSTRAP_CONF" --request-timeout=20s get csr "$1" \
+		-o 'jsonpath={.status.certificate}')" ]]
+}
+
+check_bootstrap_csr() {
+	local work csr="smoke-csr-$RANDOM"
+	work="$(mktemp -d)"
+	openssl genrsa -out "$work/node.key" 2048 2>/dev/null
+	openssl req -new -key "$work/node.key" -subj "/O=system:nodes/CN=system:node:$NODE" -out "$work/node.csr"
+	cat >"$work/csr.yaml" <<EOF
+apiVersion: certificates.k8s.io/v1
+kind: CertificateSigningRequest
+metadata:
+  name: $csr
+spec:
+  signerName: kubernetes.io/kube-apiserver-client-kubelet
+  usages: [digital signature, key encipherment, client auth]
+  request: $(base64 -w0 "$work/node.csr")
+EOF
+	if ! kubectl --kubeconfig "$CL_BOOTSTRAP_CONF" --request-timeout=20s create -f "$work/csr.yaml" >/dev/null; then
+		fail "bootstrap token cannot create a CSR"
+	elif ! poll 60 csr_issued "$csr"; then
+		fail "CSR $csr not issued: $(k get csr "$csr" --no-headers 2>&1)"
+	else
+		kubectl --kubeconfig "$CL_BOOTSTRAP_CONF" --request-timeout=20s get csr "$csr" \
+			-o 'jsonpath={.status.certificate}' | base64 -d >"$work/node.crt"
+		local subject conditions
+		subject="$(openssl x509 -in "$work/node.crt" -noout -subject -nameopt compat)"
+		conditions="$(k get csr "$csr" -o 'jsonpath={.status.conditions[*].type}')"
+		if openssl verify -CAfile "$CL_PKI/ca.crt" "$work/node.crt" >/dev/null 2>&1 &&
+			[[ "$subject" == *"O=system:nodes"*"CN=system:node:$NODE"* && "$conditions" == *Approved* ]]; then
+			pass "bootstrap CSR auto-approved ($conditions) and issued: $subject"
+		else
+			fail "CSR $csr: conditions '$conditions', subject '$subject'"
+		fi
+	fi
+	[[ $KEEP == 1 ]] || k delete csr "$csr" --ignore-not-found >/dev/null 2>&1 || true
+	rm -rf "$work"
+}
+
+check_node_kubeconfig() {
+	local work node="smoke-api-node" answer
+	work="$(mktemp -d)"
+	"$HERE/kubelet-kubeconfig.sh" "$CL_NAME" "$node" "$work/kubelet.conf" 2>/dev/null
+	answer="$(kubectl --kubeconfig "$work/kubelet.conf" --request-timeout=20s auth can-i create nodes 2>/dev/null)" || true
+	[[ "$answer" == yes ]] && pass "system:node:$node can create nodes" || fail "can-i create nodes: '$answer'"
+	k delete node "$node" --ignore-not-found >/dev/null 2>&1 || true
+	printf 'apiVersion: v1\nkind: Node\nmetadata:\n  name: %s\n' "$node" |
+		kubectl --kubeconfig "$work/kubelet.conf" --request-timeout=20s create -f - >/dev/null 2>&1 &&
+		pass "system:node:$node created Node $node" || fail "system:node:$node cannot create its Node"
+	if printf 'apiVersion: v1\nkind: Node\nmetadata:\n  name: %s-other\n' "$node" |
+		kubectl --kubeconfig "$work/kubelet.conf" --request-timeout=20s create -f - >/dev/null 2>&1; then
+		fail "system:node:$node could create another node (NodeRestriction off?)"
+		k delete node "$node-other" --ignore-not-found >/dev/null 2>&1 || true
+	else
+		pass "system:node:$node may not create another node"
+	fi
+	k delete node "$node" --ignore-not-found >/dev/null 2>&1 || true
+	rm -rf "$work"
+}
+
+# --- upstream kubelet (runs inside the private mount namespace) ---------------------------------
+
+KUBELET_PID=""
+CONTAINERD_UP=0
+NODE_IP=""
+KDIR=""
+
+privatize() {
+	local dir="$KDIR/private" key f
+	mkdir -p "$dir/sysctl" "$dir/pod-logs" "$dir/container-logs" /var/log/pods /var/log/containers
+	for key in "${SYSCTLS[@]}"; do
+		[[ -e "/proc/sys/$key" ]] || continue
+		f="$dir/sysctl/${key//\//.}"
+		cat "/proc/sys/$key" >"$f"
+		mount --bind "$f" "/proc/sys/$key"
+	done
+	{
+		cat /etc/hosts
+		printf '%s %s\n' "$NODE_IP" "$NODE"
+	} >"$dir/hosts"
+	mount --bind "$dir/hosts" /etc/hosts
+	mount --bind "$dir/pod-logs" /var/log/pods
+	mount --bind "$dir/container-logs" /var/log/containers
+}
+
+cgroup_dirs() {
+	awk '$9 == "cgroup" || $9 == "cgroup2" { print $5 }' /proc/self/mountinfo
+}
+
+remove_cgroup_root() {
+	local m
+	while read -r m; do
+		[[ -d "$m/$1" ]] || continue
+		find "$m/$1" -depth -type d -exec rmdir {} + 2>/dev/null ||
+			printf '[smoke] cgroup %s/%s still busy; left in place\n' "$m" "$1" >&2
+	done < <(cgroup_dirs)
+}
+
+stop_kubelet() {
+	[[ -n "$KUBELET_PID" ]] || return 0
+	kill -TERM "$KUBELET_PID" 2>/dev/null || true
+	local i=0
+	while kill -0 "$KUBELET_PID" 2>/dev/null && ((i++ < 40)); do sleep 0.5; done
+	kill -KILL "$KUBELET_PID" 2>/dev/null || true
+	wait "$KUBELET_PID" 2>/dev/null || true
+	KUBELET_PID=""
+}
+
+pods_gone() {
+	[[ -z "$(k get pods -l "app=$DEPLOYMENT" -o name)" ]]
+}
+
+cleanup_kubelet() {
+	set +e
+	if [[ -n "$KUBELET_PID" && $KEEP != 1 ]]; then
+		# Let the kubelet tear its pod down properly before it goes.
+		k delete deployment "$DEPLOYMENT" --ignore-not-found --wait=false >/dev/null 2>&1
+		poll 60 pods_gone
+	fi
+	stop_kubelet
+	if ((CONTAINERD_UP)); then
+		"$TESTBED/containerd.sh" stop "$INSTANCE" >&2
+	fi
+	[[ $KEEP == 1 ]] || k delete node "$NODE" --ignore-not-found >/dev/null 2>&1
+	# Volumes the kubelet mounted live in this namespace only; unmount them before deleting.
+	awk -v d="$KDIR" 'index($5, d "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r |
+		while read -r m; do umount -l "$m" 2>/dev/null; done
+	remove_cgroup_root "kubelet-rs-smoke-$INSTANCE"
+	[[ -z "$KDIR" ]] || rm -rf --one-file-system "$KDIR/root"
+}
+
+node_ready() {
+	[[ "$(k get node "$NODE" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" == True ]]
+}
+
+pod_running() {
+	[[ "$(k get pods -l "app=$DEPLOYMENT" -o 'jsonpath={.items[*].status.phase}')" == Running ]]
+}
+
+logs_say_hello() {
+	k logs "deployment/$DEPLOYMENT" | grep -q '^smoke-hello-from-'
+}
+
+run_upstream_kubelet() {
+	[[ -x "$KUBELET_BIN" ]] || "$KRS_CL_REPO_ROOT/hack/upstream/build.sh" cmd/kubelet >&2
+	NODE_IP="$(cl_node_ip)"
+	KDIR="$CL_STATE/smoke/$NODE"
+	local root="$KDIR/root" cgroup="kubelet-rs-smoke-$INSTANCE"
+	trap cleanup_kubelet EXIT
+	mkdir -p "$root"
+	privatize
+	bash -c "source '$TESTBED/lib.sh' && krs_ensure_cgroup_root '$cgroup'"
+
+	"$TESTBED/install.sh" >&2
+	"$TESTBED/build-pause.sh" >/dev/null
+	"$TESTBED/containerd.sh" start "$INSTANCE" >/dev/null
+	CONTAINERD_UP=1
+	"$TESTBED/images.sh" "$INSTANCE" >&2
+	eval "$("$TESTBED/containerd.sh" env "$INSTANCE")"
+
+	# Served on the node's own address so that the apiserver (which only knows InternalIP) can
+	# reach it for logs and exec; only clients with a cluster-CA cert get in.
+	local flags=(
+		--bootstrap-kubeconfig="$CL_BOOTSTRAP_CONF"
+		--kubeconfig="$root/kubelet.conf"
+		--cert-dir="$root/pki"
+		--rotate-certificates=true
+		--container-runtime=remote
+		--container-runtime-endpoint="$CONTAINER_RUNTIME_ENDPOINT"
+		--root-dir="$root"
+		--cgroup-root="/$cgroup"
+		--cgroups-per-qos=true
+		--cgroup-driver=cgroupfs
+		--hostname-override="$NODE"
+		--node-ip="$NODE_IP"
+		--address="$NODE_IP"
+		--port="$KUBELET_PORT"
+		--healthz-port="$KUBELET_HEALTHZ_PORT"
+		--read-only-port=0
+		--anonymous-auth=false
+		--client-ca-file="$CL_PKI/ca.crt"
+		--authentication-token-webhook=true
+		--authorization-mode=Webhook
+		--cluster-domain="$KRS_CL_DNS_DOMAIN"
+		--pod-infra-container-image="$KRS_SANDBOX_IMAGE"
+		--make-iptables-util-chains=false
+		--volume-plugin-dir="$root/volume-plugins"
+		--fail-swap-on=false
+		--v=2
+	)
+	printf '[smoke] starting the upstream kubelet as %s (log %s/kubelet.log)\n' "$NODE" "$KDIR" >&2
+	"$KUBELET_BIN" "${flags[@]}" >"$KDIR/kubelet.log" 2>&1 &
+	KUBELET_PID=$!
+
+	if poll "$TIMEOUT_S" test -s "$root/pki/kubelet-client-current.pem"; then
+		pass "upstream kubelet got its client certificate by TLS bootstrap: $(openssl x509 -noout -subject \
+			-nameopt compat -in "$root/pki/kubelet-client-current.pem")"
+	else
+		fail "upstream kubelet did not finish TLS bootstrap"
+	fi
+	if poll "$TIMEOUT_S" node_ready; then
+		pass "node $NODE Ready ($(k get node "$NODE" -o 'jsonpath={.status.nodeInfo.kubeletVersion}'), \
+addresses $(k get node "$NODE" -o 'jsonpath={.status.addresses[*].address}'))"
+	else
+		fail "node $NODE not Ready; see $KDIR/kubelet.log"
+		k get node "$NODE" -o wide >&2 || true
+		return
+	fi
+	if poll "$TIMEOUT_S" pod_running; then
+		pass "pod running: $(k get pods -l "app=$DEPLOYMENT" -o wide --no-headers)"
+	else
+		fail "deployment's pod not Running"
+		k get pods -l "app=$DEPLOYMENT" -o wide >&2 || true
+		return
+	fi
+	if poll 30 logs_say_hello; then
+		pass "kubectl logs through the apiserver: $(k logs "deployment/$DEPLOYMENT" | head -n1)"
+	else
+		fail "kubectl logs: $(k logs "deployment/$DEPLOYMENT" 2>&1 | head -n3)"
+	fi
+	local out
+	out="$(k exec "deployment/$DEPLOYMENT" -- cat /etc/hostname 2>&1)" || true
+	if [[ "$out" == "$DEPLOYMENT"-* ]]; then
+		pass "kubectl exec through the apiserver: $out"
+	else
+		fail "kubectl exec: $out"
+	fi
+}
+
+# --- main --------------------------------------------------------------------------------------
+
+main() {
+	local upstream=0 name=""
+	KEEP=0
+	while [[ $# -gt 0 ]]; do
+		case "$1" in
+		--upstream-kubelet) upstream=1 ;;
+		--keep) KEEP=1 ;;
+		-h | --help)
+			usage
+			exit 0
+			;;
+		-*)
+			usage
+			exit 2
+			;;
+		*) name="$1" ;;
+		esac
+		shift
+	done
+	cl_require_root
+	cl_vars "${name:-$KRS_CL_DEFAULT_NAME}"
+	[[ "$NODE" =~ ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$ ]] || cl_die "KRS_SMOKE_NODE '$NODE' is not a DNS label"
+
+	if [[ "${KRS_SMOKE_IN_NS:-}" != 1 ]]; then
+		"$HERE/up.sh" "$CL_NAME" >/dev/null
+		check_ready
+		check_pending_deployment
+		check_bootstrap_csr
+		check_node_kubeconfig
+		if ((upstream)); then
+			# The kubelet part needs private mounts; its exit status carries the verdict.
+			local rc=0 inner=(--upstream-kubelet)
+			[[ $KEEP != 1 ]] || inner+=(--keep)
+			KRS_SMOKE_IN_NS=1 unshare --mount --propagation private \
+				bash "$SELF" "${inner[@]}" "$CL_NAME" || rc=$?
+			((rc == 0)) || FAILED=1
+		elif [[ $KEEP != 1 ]]; then
+			k delete deployment "$DEPLOYMENT" --ignore-not-found >/dev/null 2>&1 || true
+		fi
+	else
+		# shellcheck source=hack/testbed/lib.sh
+		source "$KRS_CL_REPO_ROOT/hack/testbed/lib.sh"
+		run_upstream_kubelet
+	fi
+	local what="all checks"
+	[[ "${KRS_SMOKE_IN_NS:-}" != 1 ]] || what="kubelet checks"
+	if ((FAILED)); then
+		printf '[smoke] %s: some FAILED\n' "$what" >&2
+		exit 1
+	fi
+	printf '[smoke] %s passed\n' "$what" >&2
+}
+
+main "$@"
