@@ -227,33 +227,36 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
             .unwrap_or(usize::MAX >> 4)
     };
     let images = ImagePuller::new(cri.clone(), max_pulls, IMAGE_PULL_DEADLINE);
-    let runtime = Arc::new(RuntimeManager::new(
-        cri.clone(),
-        cgroups.clone(),
-        images,
-        EventRecorder,
-        RuntimeSettings {
-            node_ip: node_ip.clone(),
-            logs_root,
-            root_dir: flags.root_dir.clone(),
-            dns: dns::DnsSettings {
-                cluster_dns: cfg.cluster_dns.clone(),
-                cluster_domain: cfg.cluster_domain.clone(),
-                host: dns::load_host_resolv_conf(std::path::Path::new(&cfg.resolv_conf)),
-            },
-            machine_memory: machine_memory_bytes(),
-            machine_cpu_millis: std::thread::available_parallelism()
-                .map(|n| n.get() as i64 * 1000)
-                .unwrap_or(1000),
-            cgroup_options,
-            runtime_handler: String::new(),
-        },
-    ));
     // API server mode: --kubeconfig names an existing file, as upstream.
     let client = match flags.kubeconfig.as_ref().filter(|k| k.exists()) {
         Some(path) => Some(apiclient::connect(path, cfg.runtime_request_timeout.0).await?),
         None => None,
     };
+    let runtime = Arc::new(
+        RuntimeManager::new(
+            cri.clone(),
+            cgroups.clone(),
+            images,
+            EventRecorder,
+            RuntimeSettings {
+                node_ip: node_ip.clone(),
+                logs_root,
+                root_dir: flags.root_dir.clone(),
+                dns: dns::DnsSettings {
+                    cluster_dns: cfg.cluster_dns.clone(),
+                    cluster_domain: cfg.cluster_domain.clone(),
+                    host: dns::load_host_resolv_conf(std::path::Path::new(&cfg.resolv_conf)),
+                },
+                machine_memory: machine_memory_bytes(),
+                machine_cpu_millis: std::thread::available_parallelism()
+                    .map(|n| n.get() as i64 * 1000)
+                    .unwrap_or(1000),
+                cgroup_options,
+                runtime_handler: String::new(),
+            },
+        )
+        .with_api_client(client.clone()),
+    );
     let (status_tx, status_rx) = mpsc::channel(1024);
     let status = Arc::new(match client {
         Some(_) => StatusStore::with_notifier(status_tx),

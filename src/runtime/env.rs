@@ -60,6 +60,23 @@ pub fn expand(input: &str, vars: &HashMap<String, String>) -> String {
     out
 }
 
+/// A pod field for downwardAPI volume files: metadata fields, with whole label and annotation
+/// maps rendered as `key="value"` lines like upstream.
+pub fn pod_field(pod: &Pod, path: &str) -> Option<String> {
+    let render = |m: Option<&std::collections::BTreeMap<String, String>>| {
+        m.into_iter()
+            .flatten()
+            .map(|(k, v)| format!("{k}={v:?}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    match path {
+        "metadata.labels" => Some(render(pod.metadata.labels.as_ref())),
+        "metadata.annotations" => Some(render(pod.metadata.annotations.as_ref())),
+        _ => field_ref(pod, path, &PodFacts::default()),
+    }
+}
+
 fn field_ref(pod: &Pod, path: &str, facts: &PodFacts) -> Option<String> {
     let meta = &pod.metadata;
     let spec = pod.spec.as_ref();

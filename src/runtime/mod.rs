@@ -2,6 +2,7 @@
 //! this module carries the decisions out (sandbox, images, containers, teardown).
 
 pub mod actions;
+pub mod api_volumes;
 pub mod backoff;
 pub mod container;
 pub mod dns;
@@ -91,6 +92,8 @@ pub struct RuntimeSettings {
 
 pub struct RuntimeManager {
     cri: RuntimeClient,
+    /// For volumes whose contents live in the API server (secrets, configMaps).
+    client: Option<kube::Client>,
     cgroups: Arc<CgroupManager>,
     images: ImagePuller,
     events: EventRecorder,
@@ -130,11 +133,17 @@ impl RuntimeManager {
     ) -> Self {
         RuntimeManager {
             cri,
+            client: None,
             cgroups,
             images,
             events,
             settings,
         }
+    }
+
+    pub fn with_api_client(mut self, client: Option<kube::Client>) -> Self {
+        self.client = client;
+        self
     }
 
     pub fn cri(&self) -> &RuntimeClient {
@@ -589,10 +598,13 @@ impl RuntimeManager {
         container: &Container,
         restart_count: u32,
     ) -> Result<Vec<api::Mount>, String> {
+        let fetched = api_volumes::fetch(self.client.as_ref(), pod)
+            .await
+            .map_err(|e| e.to_string())?;
         let (pod, container) = (pod.clone(), container.clone());
         let root = self.settings.root_dir.clone();
         tokio::task::spawn_blocking(move || {
-            volumes::container_mounts(&pod, &container, &root, restart_count)
+            volumes::container_mounts(&pod, &container, &root, restart_count, &fetched)
         })
         .await
         .map_err(|e| e.to_string())?

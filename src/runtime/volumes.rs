@@ -7,6 +7,7 @@ use std::path::{Component, Path, PathBuf};
 use k8s_openapi::api::core::v1::{Container, Pod, Volume};
 
 use crate::cri::api;
+use crate::runtime::api_volumes::{Fetched, FileEntry};
 use crate::runtime::paths;
 
 #[derive(Debug, thiserror::Error)]
@@ -19,6 +20,8 @@ pub enum VolumeError {
         path: String,
         problem: String,
     },
+    #[error("volume {volume:?}: {reason}")]
+    Source { volume: String, reason: String },
     #[error("volumeMount {mount:?}: invalid subPath {sub_path:?}")]
     SubPath { mount: String, sub_path: String },
     #[error("{path}: {source}")]
@@ -162,6 +165,40 @@ fn prepare_empty_dir(pod_dir: &Path, v: &Volume) -> Result<PathBuf, VolumeError>
     Ok(dir)
 }
 
+/// Writes the files of a secret/configMap/projected volume into its folder (a tmpfs for
+/// anything holding secrets), replacing what an earlier container start wrote.
+fn prepare_api_volume(
+    pod_dir: &Path,
+    v: &Volume,
+    files: &[FileEntry],
+) -> Result<PathBuf, VolumeError> {
+    use std::os::unix::fs::PermissionsExt;
+    let kind = if v.secret.is_some() {
+        "kubernetes.io~secret"
+    } else if v.config_map.is_some() {
+        "kubernetes.io~configmap"
+    } else {
+        "kubernetes.io~projected"
+    };
+    let dir = pod_dir.join("volumes").join(kind).join(&v.name);
+    std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+    if v.config_map.is_none() {
+        mount_tmpfs(&dir)?;
+    }
+    for f in files {
+        let target = join_sub_path(&dir, &v.name, &f.path)?;
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).map_err(io(parent))?;
+        }
+        let tmp = target.with_extension("krs-tmp");
+        std::fs::write(&tmp, &f.data).map_err(io(&tmp))?;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(f.mode))
+            .map_err(io(&tmp))?;
+        std::fs::rename(&tmp, &target).map_err(io(&target))?;
+    }
+    Ok(dir)
+}
+
 /// A subPath must stay inside its volume.
 fn join_sub_path(base: &Path, mount: &str, sub_path: &str) -> Result<PathBuf, VolumeError> {
     let sub = Path::new(sub_path);
@@ -193,6 +230,7 @@ pub fn container_mounts(
     container: &Container,
     root_dir: &Path,
     restart_count: u32,
+    fetched: &Fetched,
 ) -> Result<Vec<api::Mount>, VolumeError> {
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
     let pod_dir = paths::pod_dir(root_dir, uid);
@@ -212,6 +250,8 @@ pub fn container_mounts(
             PathBuf::from(&hp.path)
         } else if v.empty_dir.is_some() {
             prepare_empty_dir(&pod_dir, v)?
+        } else if let Some(files) = fetched.get(&v.name) {
+            prepare_api_volume(&pod_dir, v, files)?
         } else {
             return Err(VolumeError::Unsupported {
                 volume: v.name.clone(),
@@ -308,9 +348,17 @@ pub fn remove_pod_dir(root_dir: &Path, uid: &str) -> Result<(), VolumeError> {
         .filter(|mp| mp.starts_with(&prefix))
         .map(PathBuf::from)
         .collect();
-    let empty_dirs = pod_dir.join("volumes").join("kubernetes.io~empty-dir");
+    // Only the tmpfs mounts this kubelet makes itself may be taken down here.
+    let ours: Vec<PathBuf> = [
+        "kubernetes.io~empty-dir",
+        "kubernetes.io~secret",
+        "kubernetes.io~projected",
+    ]
+    .iter()
+    .map(|k| pod_dir.join("volumes").join(k))
+    .collect();
     for mp in &mounted {
-        if mp.parent() != Some(empty_dirs.as_path()) {
+        if !mp.parent().is_some_and(|p| ours.iter().any(|o| o == p)) {
             return Err(VolumeError::HostPath {
                 volume: String::new(),
                 path: mp.to_string_lossy().into_owned(),
@@ -383,7 +431,7 @@ mod tests {
             termination_message_path: Some("/dev/termination-log".into()),
             ..Default::default()
         };
-        let mounts = container_mounts(&pod, &c, root.path(), 3).unwrap();
+        let mounts = container_mounts(&pod, &c, root.path(), 3, &Fetched::new()).unwrap();
         assert_eq!(mounts.len(), 3);
         assert!(host.is_dir(), "DirectoryOrCreate did not create the folder");
         assert_eq!(mounts[0].host_path, host.to_string_lossy());
@@ -422,7 +470,8 @@ mod tests {
             volume_mounts: Some(vec![mount("cfg", "/cfg", None)]),
             ..Default::default()
         };
-        let err = container_mounts(&pod, &c, Path::new("/nonexistent"), 0).unwrap_err();
+        let err =
+            container_mounts(&pod, &c, Path::new("/nonexistent"), 0, &Fetched::new()).unwrap_err();
         assert!(err.to_string().contains("configMap"), "{err}");
     }
 }

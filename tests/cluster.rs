@@ -1,0 +1,185 @@
+//! The kubelet as a member of a real control plane (hack/cluster: etcd, kube-apiserver,
+//! controller-manager and scheduler v1.20.2 on loopback) and the test bed's containerd.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use serde_json::json;
+
+const CLUSTER_NODE: &str = "krs-it-node";
+
+fn ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True")
+}
+
+fn start_in_cluster(k: &mut Kubelet) {
+    let env = cluster_env();
+    let kubeconfig = k.dir.path().join("kubelet.conf");
+    node_kubeconfig(CLUSTER_NODE, &kubeconfig);
+    let node_ip = env
+        .get("KRS_NODE_IP")
+        .cloned()
+        .unwrap_or_else(|| "127.0.0.1".into());
+    k.start_with(&[
+        &format!("--kubeconfig={}", kubeconfig.display()),
+        &format!("--node-ip={node_ip}"),
+    ]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_joins_runs_a_deployment_and_rejects_what_does_not_fit() {
+    // One test per binary: test binaries run one after another, so no other kubelet shares
+    // the test containerd meanwhile.
+    let mut k = Kubelet::new("cluster");
+    start_in_cluster(&mut k);
+    let client = admin_client().await;
+    let nodes: Api<Node> = Api::all(client.clone());
+
+    let node = wait_async(Duration::from_secs(60), "node Ready", || async {
+        nodes
+            .get_opt(CLUSTER_NODE)
+            .await
+            .ok()
+            .flatten()
+            .filter(ready)
+    })
+    .await;
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels.get("kubernetes.io/hostname").map(String::as_str),
+        Some(CLUSTER_NODE)
+    );
+    assert_eq!(
+        labels.get("kubernetes.io/os").map(String::as_str),
+        Some("linux")
+    );
+    let info = node.status.clone().unwrap().node_info.unwrap();
+    assert!(
+        info.container_runtime_version.starts_with("containerd://"),
+        "{info:?}"
+    );
+
+    // The lease is renewed.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let renew = |l: &Lease| l.spec.as_ref().and_then(|s| s.renew_time.clone());
+    let first = wait_async(Duration::from_secs(30), "lease", || async {
+        leases.get_opt(CLUSTER_NODE).await.ok().flatten()
+    })
+    .await;
+    assert_eq!(
+        first
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.as_deref()),
+        Some(CLUSTER_NODE)
+    );
+    wait_async(Duration::from_secs(30), "lease renewal", || async {
+        let now = leases.get_opt(CLUSTER_NODE).await.ok().flatten()?;
+        (renew(&now) > renew(&first)).then_some(())
+    })
+    .await;
+
+    // A Deployment of three replicas runs and becomes Ready.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    let deploy: Deployment = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "krs-web"},
+        "spec": {
+            "replicas": 3,
+            "selector": {"matchLabels": {"app": "krs-web"}},
+            "template": {
+                "metadata": {"labels": {"app": "krs-web"}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 2,
+                    "containers": [{
+                        "name": "web", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+                        "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
+                    }]
+                }
+            }
+        }
+    }))
+    .unwrap();
+    let _ = deployments
+        .delete("krs-web", &DeleteParams::default())
+        .await;
+    deployments
+        .create(&PostParams::default(), &deploy)
+        .await
+        .expect("create deployment");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let selector = ListParams::default().labels("app=krs-web");
+    wait_async(Duration::from_secs(90), "3 running, ready pods", || async {
+        let list = pods.list(&selector).await.ok()?;
+        let ok = list
+            .items
+            .iter()
+            .filter(|p| {
+                let st = p.status.clone().unwrap_or_default();
+                st.phase.as_deref() == Some("Running")
+                    && st
+                        .conditions
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|c| c.type_ == "Ready" && c.status == "True")
+            })
+            .count();
+        (ok == 3).then_some(())
+    })
+    .await;
+
+    // Deleting it terminates the pods within their grace period and the objects disappear.
+    deployments
+        .delete("krs-web", &DeleteParams::foreground())
+        .await
+        .expect("delete deployment");
+    wait_async(Duration::from_secs(60), "pods gone", || async {
+        let list = pods.list(&selector).await.ok()?;
+        list.items.is_empty().then_some(())
+    })
+    .await;
+
+    // A pod asking for more CPU than the node has is failed with OutOfcpu.
+    let greedy: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "krs-greedy"},
+        "spec": {
+            "nodeName": CLUSTER_NODE,
+            "containers": [{
+                "name": "c", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+                "command": ["sleep", "3600"],
+                "resources": {"requests": {"cpu": "1000"}}
+            }]
+        }
+    }))
+    .unwrap();
+    let _ = pods
+        .delete("krs-greedy", &DeleteParams::default().grace_period(0))
+        .await;
+    pods.create(&PostParams::default(), &greedy)
+        .await
+        .expect("create greedy pod");
+    let failed = wait_async(Duration::from_secs(30), "OutOfcpu", || async {
+        let p = pods.get_opt("krs-greedy").await.ok().flatten()?;
+        let st = p.status.clone()?;
+        (st.phase.as_deref() == Some("Failed")).then_some(st)
+    })
+    .await;
+    assert_eq!(failed.reason.as_deref(), Some("OutOfcpu"), "{failed:?}");
+    pods.delete("krs-greedy", &DeleteParams::default().grace_period(0))
+        .await
+        .expect("delete greedy pod");
+
+    k.cleanup();
+    let _ = nodes.delete(CLUSTER_NODE, &DeleteParams::default()).await;
+}
