@@ -6,7 +6,9 @@
 # environment (KRS_CONTAINERD_SOCK, CONTAINER_RUNTIME_ENDPOINT, ...), then runs cargo fmt --check,
 # clippy with -D warnings and cargo test --all-targets with the extra arguments.
 # CARGO_TARGET_DIR defaults to /var/cache/kubelet-rs/target (outside the checkout).
-# containerd is stopped at the end unless KRS_KEEP_CONTAINERD=1 or it was running already.
+# Also starts the test control plane (hack/cluster/up.sh, building it on first use).
+# containerd and the control plane are stopped at the end unless KRS_KEEP_CONTAINERD=1 /
+# KRS_KEEP_CLUSTER=1 or they were running already.
 # Exit status: the first failing step's, else cargo test's.
 set -euo pipefail
 
@@ -16,8 +18,16 @@ INSTANCE="${KRS_INSTANCE:-krs}"
 
 log() { printf '[test] %s\n' "$*" >&2; }
 
+STOP_CONTAINERD=0
+STOP_CLUSTER=0
+
 stop_bed() {
-	"$TESTBED/containerd.sh" stop "$INSTANCE" || log "warning: stopping containerd failed"
+	if [[ "$STOP_CLUSTER" == 1 ]]; then
+		"$REPO_ROOT/hack/cluster/down.sh" >/dev/null || log "warning: stopping the control plane failed"
+	fi
+	if [[ "$STOP_CONTAINERD" == 1 ]]; then
+		"$TESTBED/containerd.sh" stop "$INSTANCE" || log "warning: stopping containerd failed"
+	fi
 }
 
 main() {
@@ -29,14 +39,26 @@ main() {
 
 	"$TESTBED/install.sh"
 	"$TESTBED/build-pause.sh" >/dev/null
+	trap stop_bed EXIT
 	if "$TESTBED/containerd.sh" status "$INSTANCE" >/dev/null; then
 		log "containerd $INSTANCE was running already: it stays running"
 	elif [[ "${KRS_KEEP_CONTAINERD:-0}" != 1 ]]; then
-		trap stop_bed EXIT
+		STOP_CONTAINERD=1
 	fi
 	"$TESTBED/containerd.sh" start "$INSTANCE" >/dev/null
 	"$TESTBED/images.sh" "$INSTANCE"
 	eval "$("$TESTBED/containerd.sh" env "$INSTANCE")"
+
+	# The control plane for the cluster tests (built once from Debian's kubernetes source
+	# package and cached under /var/cache/kubelet-rs/upstream; the first build takes minutes).
+	if "$REPO_ROOT/hack/cluster/env.sh" >/dev/null 2>&1 &&
+		[[ -n "$(pgrep -f 'kube-apiserver' || true)" ]]; then
+		log "control plane was running already: it stays running"
+	elif [[ "${KRS_KEEP_CLUSTER:-0}" != 1 ]]; then
+		STOP_CLUSTER=1
+	fi
+	log "starting the control plane (hack/cluster/up.sh)"
+	"$REPO_ROOT/hack/cluster/up.sh" >/dev/null
 
 	export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/kubelet-rs/target}"
 	log "test bed: $KRS_CONTAINERD_SOCK; CARGO_TARGET_DIR=$CARGO_TARGET_DIR"
