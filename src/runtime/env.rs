@@ -19,6 +19,8 @@ pub struct PodFacts {
     /// Node allocatable, which stands in for a limit the container does not set.
     pub node_cpu_millis: i64,
     pub node_memory_bytes: i64,
+    /// Service variables, defined before the container's own env (which may use them).
+    pub service_env: Vec<(String, String)>,
 }
 
 /// `$(NAME)` is replaced when NAME is defined, `$$` escapes a `$`, and anything else is kept
@@ -206,8 +208,8 @@ pub fn container_env(
     container: &Container,
     facts: &PodFacts,
 ) -> Result<Vec<(String, String)>, EnvError> {
-    let mut vars: HashMap<String, String> = HashMap::new();
-    let mut ordered: Vec<(String, String)> = Vec::new();
+    let mut vars: HashMap<String, String> = facts.service_env.iter().cloned().collect();
+    let mut ordered: Vec<(String, String)> = facts.service_env.clone();
     for var in container.env.iter().flatten() {
         let value = resolve_one(pod, container, var, &vars, facts)?;
         vars.insert(var.name.clone(), value.clone());

@@ -12,6 +12,7 @@ pub mod labels;
 pub mod observed;
 pub mod paths;
 pub mod sandbox;
+pub mod services;
 #[cfg(test)]
 pub(crate) mod tests;
 pub mod volumes;
@@ -314,11 +315,26 @@ impl RuntimeManager {
             r.map_err(cri("StopContainer"))?;
         }
 
+        let host_network = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.host_network)
+            .unwrap_or(false);
         let facts = PodFacts {
             host_ip: self.settings.node_ip.clone(),
-            pod_ips: ips,
+            // A host-network pod has the node's addresses.
+            pod_ips: if host_network && ips.is_empty() {
+                vec![self.settings.node_ip.clone()]
+            } else {
+                ips
+            },
             node_cpu_millis: self.settings.machine_cpu_millis,
             node_memory_bytes: self.settings.machine_memory,
+            service_env: if actions.start.is_empty() {
+                vec![]
+            } else {
+                services::fetch_service_env(self.client.as_ref(), pod).await
+            },
         };
         let sandbox_config = self.sandbox_config(pod, actions.sandbox_attempt)?;
         for start in &actions.start {
@@ -553,7 +569,7 @@ impl RuntimeManager {
         })?;
         let mut config = config;
         config.mounts = self
-            .prepare_mounts(pod, container, start.restart_count)
+            .prepare_mounts(pod, container, start.restart_count, &facts.pod_ips)
             .await
             .map_err(|e| ("CreateContainerConfigError", e, RETRY_AFTER_ERROR))?;
 
@@ -597,14 +613,22 @@ impl RuntimeManager {
         pod: &Pod,
         container: &Container,
         restart_count: u32,
+        pod_ips: &[String],
     ) -> Result<Vec<api::Mount>, String> {
         let fetched = api_volumes::fetch(self.client.as_ref(), pod)
             .await
             .map_err(|e| e.to_string())?;
         let (pod, container) = (pod.clone(), container.clone());
         let root = self.settings.root_dir.clone();
+        let pod_ips = pod_ips.to_vec();
+        let domain = self.settings.dns.cluster_domain.clone();
         tokio::task::spawn_blocking(move || {
-            volumes::container_mounts(&pod, &container, &root, restart_count, &fetched)
+            let mut mounts =
+                volumes::container_mounts(&pod, &container, &root, restart_count, &fetched)?;
+            mounts.extend(volumes::etc_hosts_mount(
+                &pod, &container, &root, &pod_ips, &domain,
+            )?);
+            Ok::<_, volumes::VolumeError>(mounts)
         })
         .await
         .map_err(|e| e.to_string())?
