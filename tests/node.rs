@@ -258,6 +258,32 @@ spec:
 }
 
 #[test]
+fn kubelet_manages_etc_hosts_with_host_aliases() {
+    let _g = serial();
+    let mut k = Kubelet::new("hosts");
+    let manifest = pod_yaml("hosts", "Always", 1, "cat /etc/hosts; exec sleep 3600").replace(
+        "  restartPolicy",
+        "  hostAliases:\n  - ip: 1.2.3.4\n    hostnames: [foo.local, bar.local]\n  restartPolicy",
+    );
+    k.write_manifest("hosts.yaml", &manifest);
+    k.start();
+    let pod = k.wait_pod("hosts", "running", Duration::from_secs(60), |p| {
+        running(p, "main")
+    });
+    let ip = pod["status"]["podIP"].as_str().unwrap().to_string();
+    let log = log_dir_of(&pod).join("main/0.log");
+    let text = wait_for(Duration::from_secs(10), "hosts file in the log", || {
+        std::fs::read_to_string(&log)
+            .ok()
+            .filter(|t| t.contains("HostAliases"))
+    });
+    assert!(text.contains("Kubernetes-managed hosts file."), "{text}");
+    assert!(text.contains(&format!("{ip}\thosts-{NODE}")), "{text}");
+    assert!(text.contains("1.2.3.4\tfoo.local\tbar.local"), "{text}");
+    k.cleanup();
+}
+
+#[test]
 fn crashing_container_restarts_with_growing_backoff() {
     let _g = serial();
     let mut k = Kubelet::new("crash");
