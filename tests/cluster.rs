@@ -180,6 +180,99 @@ async fn node_joins_runs_a_deployment_and_rejects_what_does_not_fit() {
         .await
         .expect("delete greedy pod");
 
+    // An API server outage of a minute leaves running pods alone, and the kubelet catches up.
+    let steady: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "krs-steady"},
+        "spec": {
+            "nodeName": CLUSTER_NODE,
+            "terminationGracePeriodSeconds": 2,
+            "containers": [{
+                "name": "c", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
+            }]
+        }
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &steady)
+        .await
+        .expect("create steady pod");
+    let running_id = |p: &Pod| {
+        let cs = p
+            .status
+            .as_ref()?
+            .container_statuses
+            .as_ref()?
+            .first()?
+            .clone();
+        cs.state?.running?;
+        cs.container_id
+    };
+    let before = wait_async(Duration::from_secs(60), "steady pod running", || async {
+        running_id(&pods.get_opt("krs-steady").await.ok().flatten()?)
+    })
+    .await;
+    let tasks_before = running_tasks();
+    stop_apiserver();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(
+        running_tasks(),
+        tasks_before,
+        "pods changed during the API server outage"
+    );
+    restart_control_plane();
+    let after = wait_async(
+        Duration::from_secs(90),
+        "steady pod reported again",
+        || async { running_id(&pods.get_opt("krs-steady").await.ok().flatten()?) },
+    )
+    .await;
+    assert_eq!(before, after, "the container was restarted");
+    wait_async(Duration::from_secs(60), "node Ready again", || async {
+        nodes
+            .get_opt(CLUSTER_NODE)
+            .await
+            .ok()
+            .flatten()
+            .filter(ready)
+    })
+    .await;
+    pods.delete("krs-steady", &DeleteParams::default())
+        .await
+        .expect("delete steady pod");
+    wait_async(Duration::from_secs(60), "steady pod gone", || async {
+        pods.get_opt("krs-steady")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+
     k.cleanup();
     let _ = nodes.delete(CLUSTER_NODE, &DeleteParams::default()).await;
+}
+
+/// Kills only the test control plane's kube-apiserver, by the PID up.sh recorded.
+fn stop_apiserver() {
+    let env = cluster_env();
+    let run_dir = env.get("KRS_CLUSTER_RUN_DIR").expect("KRS_CLUSTER_RUN_DIR");
+    let pid: i32 = std::fs::read_to_string(format!("{run_dir}/kube-apiserver.pid"))
+        .expect("apiserver pid file")
+        .trim()
+        .parse()
+        .expect("apiserver pid");
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+}
+
+fn restart_control_plane() {
+    let status = std::process::Command::new("bash")
+        .arg(repo_root().join("hack/cluster/up.sh"))
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("up.sh");
+    assert!(
+        status.success(),
+        "up.sh failed to restart the control plane"
+    );
 }
