@@ -11,7 +11,6 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::apiclient;
 use crate::cli::Settings;
 use crate::cm::{CgroupManager, PodCgroupOptions};
 use crate::config;
@@ -26,6 +25,7 @@ use crate::status::StatusStore;
 use crate::status::apiserver::StatusSyncer;
 use crate::sync::admission::Allocatable;
 use crate::sync::{Admission, SyncLoop, SyncLoopHealth, SyncLoopInputs};
+use crate::{apiclient, certificate};
 
 #[derive(Debug, thiserror::Error)]
 pub enum KubeletError {
@@ -43,6 +43,8 @@ pub enum KubeletError {
         #[source]
         source: std::io::Error,
     },
+    #[error("client certificate")]
+    Certificate(#[from] certificate::CertError),
     #[error(transparent)]
     Server(#[from] server::ServerError),
     #[error(transparent)]
@@ -72,13 +74,8 @@ fn check_supported(settings: &Settings) -> Result<(), KubeletError> {
     if !cfg.static_pod_url.is_empty() {
         warn!(url = %cfg.static_pod_url, "staticPodURL is not supported yet; ignoring it");
     }
-    let kubeconfig_missing = settings
-        .flags
-        .kubeconfig
-        .as_ref()
-        .is_none_or(|k| !k.exists());
-    if settings.flags.bootstrap_kubeconfig.is_some() && kubeconfig_missing {
-        warn!("TLS bootstrap (--bootstrap-kubeconfig) is not supported yet; running standalone");
+    if settings.flags.bootstrap_kubeconfig.is_some() && settings.flags.kubeconfig.is_none() {
+        warn!("--bootstrap-kubeconfig needs --kubeconfig to write to; running standalone");
     }
     Ok(())
 }
@@ -227,6 +224,20 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
             .unwrap_or(usize::MAX >> 4)
     };
     let images = ImagePuller::new(cri.clone(), max_pulls, IMAGE_PULL_DEADLINE);
+    // TLS bootstrap first, so the kubeconfig exists by the time API mode is decided.
+    if let (Some(kubeconfig), Some(bootstrap)) = (&flags.kubeconfig, &flags.bootstrap_kubeconfig) {
+        let boot = certificate::bootstrap_if_needed(
+            kubeconfig,
+            Some(bootstrap),
+            &flags.cert_dir,
+            &node_name,
+            cfg.runtime_request_timeout.0,
+        );
+        tokio::select! {
+            r = boot => r?,
+            _ = cancel.cancelled() => return Ok(()),
+        }
+    }
     // API server mode: --kubeconfig names an existing file, as upstream.
     let client = match flags.kubeconfig.as_ref().filter(|k| k.exists()) {
         Some(path) => Some(apiclient::connect(path, cfg.runtime_request_timeout.0).await?),
@@ -264,6 +275,16 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
     });
 
     let mut tasks = JoinSet::new();
+    if let (Some(kubeconfig), Some(_), true) = (&flags.kubeconfig, &client, cfg.rotate_certificates)
+    {
+        tasks.spawn(certificate::run_rotation(
+            kubeconfig.clone(),
+            flags.cert_dir.clone(),
+            node_name.clone(),
+            cfg.runtime_request_timeout.0,
+            cancel.child_token(),
+        ));
+    }
     let max_pods = cfg.max_pods.max(1) as usize;
 
     // Pod sources → PodConfig → sync loop.

@@ -7,6 +7,7 @@
 //! status; `server` serves healthz and the read-only API.
 
 pub mod apiclient;
+pub mod certificate;
 pub mod cli;
 pub mod cm;
 pub mod config;

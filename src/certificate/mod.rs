@@ -1,0 +1,600 @@
+//! Kubelet client certificates: TLS bootstrap (a bootstrap token buys the first certificate
+//! through a CertificateSigningRequest) and rotation (the current certificate buys the next one
+//! before it expires), as upstream's pkg/kubelet/certificate.
+//!
+//! Rotation writes new files and repoints the `-current` symlink; a kube::Client reads its
+//! certificate once when built, so clients already running keep the old certificate and the
+//! new one takes effect at the next `apiclient::connect` (in practice, the next kubelet start).
+
+mod der;
+pub mod store;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::certificates::v1::{
+    CertificateSigningRequest, CertificateSigningRequestSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, PostParams};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::apiclient::{self, ApiClientError};
+
+pub const SIGNER_NAME: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+/// Upstream requests these three for the kubelet's client certificate whatever the key type.
+pub const USAGES: [&str; 3] = ["digital signature", "key encipherment", "client auth"];
+/// How long to wait for the CSR to be approved and signed.
+const CSR_WAIT: Duration = Duration::from_secs(15 * 60);
+const CSR_POLL: Duration = Duration::from_secs(1);
+/// Pause before retrying a failed rotation.
+const ROTATION_RETRY: Duration = Duration::from_secs(60);
+
+#[derive(Debug, thiserror::Error)]
+pub enum CertError {
+    #[error("{path}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("reading kubeconfig {path}")]
+    Kubeconfig {
+        path: PathBuf,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error("kubeconfig {path}: {reason}")]
+    BadKubeconfig { path: PathBuf, reason: String },
+    #[error(transparent)]
+    Client(#[from] ApiClientError),
+    #[error("generating key or certificate request")]
+    Generate(#[from] rcgen::Error),
+    #[error("{what}")]
+    Api {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{what} timed out after {after:?}")]
+    Timeout { what: String, after: Duration },
+    #[error("certificate signing request {name} was {condition}: {reason}: {message}")]
+    Refused {
+        name: String,
+        condition: String,
+        reason: String,
+        message: String,
+    },
+    #[error("certificate signing request {name} not issued within {after:?}")]
+    NotIssued { name: String, after: Duration },
+    #[error("certificate {0}")]
+    BadCertificate(String),
+    #[error("cancelled")]
+    Cancelled,
+}
+
+/// Makes sure `kubeconfig` holds a usable client certificate: when it is missing or its
+/// certificate has expired, requests one with `bootstrap_kubeconfig`'s credentials, stores it in
+/// `cert_dir` and writes `kubeconfig` to use it. Without a bootstrap kubeconfig nothing is done.
+pub async fn bootstrap_if_needed(
+    kubeconfig: &Path,
+    bootstrap_kubeconfig: Option<&Path>,
+    cert_dir: &Path,
+    node_name: &str,
+    timeout: Duration,
+) -> Result<(), CertError> {
+    let Some(bootstrap) = bootstrap_kubeconfig else {
+        return Ok(());
+    };
+    if client_cert_still_valid(kubeconfig, Timestamp::now()) {
+        debug!(path = %kubeconfig.display(), "kubeconfig is valid; no bootstrap needed");
+        return Ok(());
+    }
+    info!(bootstrap = %bootstrap.display(), "Requesting a client certificate with the bootstrap kubeconfig");
+    let kc =
+        kube::config::Kubeconfig::read_from(bootstrap).map_err(|source| CertError::Kubeconfig {
+            path: bootstrap.to_path_buf(),
+            source,
+        })?;
+    let cluster = store::cluster_info(&kc, bootstrap)?;
+    request_and_store(
+        bootstrap,
+        cert_dir,
+        node_name,
+        timeout,
+        &CancellationToken::new(),
+    )
+    .await?;
+    // Like upstream, the kubeconfig names the symlink so rotations need not rewrite it.
+    let pem = store::current_path(cert_dir);
+    store::write_atomic(kubeconfig, &store::kubeconfig_yaml(&cluster, &pem))?;
+    info!(kubeconfig = %kubeconfig.display(), cert = %pem.display(), "TLS bootstrap done");
+    Ok(())
+}
+
+/// Renews the client certificate in `cert_dir` at a random 70-90 % of its lifetime, using the
+/// current certificate (through `kubeconfig`) to authenticate, until `cancel`.
+pub async fn run_rotation(
+    kubeconfig: PathBuf,
+    cert_dir: PathBuf,
+    node_name: String,
+    timeout: Duration,
+    cancel: CancellationToken,
+) {
+    let current = store::current_path(&cert_dir);
+    loop {
+        let (not_before, not_after) = match read_validity(&current) {
+            Ok(v) => v,
+            Err(err) => {
+                warn!(%err, path = %current.display(), "No client certificate to rotate; rotation off");
+                return;
+            }
+        };
+        let at = rotation_deadline(not_before, not_after, jitter());
+        info!(%not_after, rotate_at = %at, "Client certificate rotation scheduled");
+        let wait = Timestamp::now()
+            .duration_until(at)
+            .try_into()
+            .unwrap_or(Duration::ZERO);
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        match rotate_once(&kubeconfig, &cert_dir, &node_name, timeout, &cancel).await {
+            Ok(path) => info!(
+                cert = %path.display(),
+                "Rotated the client certificate; new API connections use it, running clients keep the old one until restart"
+            ),
+            Err(CertError::Cancelled) => return,
+            Err(err) => {
+                warn!(%err, "Client certificate rotation failed; retrying");
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(ROTATION_RETRY) => {}
+                }
+            }
+        }
+    }
+}
+
+/// Replaces the client certificate in `cert_dir` now, authenticating with the current one
+/// through `kubeconfig`. Returns the new timestamped file.
+pub async fn rotate_once(
+    kubeconfig: &Path,
+    cert_dir: &Path,
+    node_name: &str,
+    timeout: Duration,
+    cancel: &CancellationToken,
+) -> Result<PathBuf, CertError> {
+    request_and_store(kubeconfig, cert_dir, node_name, timeout, cancel).await
+}
+
+/// `not_before + fraction * lifetime`.
+fn rotation_deadline(not_before: Timestamp, not_after: Timestamp, fraction: f64) -> Timestamp {
+    let life = not_after.as_millisecond() - not_before.as_millisecond();
+    let offset = (life.max(0) as f64 * fraction) as i64;
+    Timestamp::from_millisecond(not_before.as_millisecond() + offset).unwrap_or(not_before)
+}
+
+/// A fraction in [0.7, 0.9), random enough to spread a fleet's renewals.
+fn jitter() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(Timestamp::now().as_nanosecond() as u128);
+    0.7 + 0.2 * (h.finish() % 10_000) as f64 / 10_000.0
+}
+
+/// A new ECDSA P-256 key and a PEM CSR for the node's client identity.
+fn node_csr(node_name: &str) -> Result<(String, rcgen::KeyPair), CertError> {
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+    let mut params = rcgen::CertificateParams::default();
+    let mut dn = rcgen::DistinguishedName::new();
+    dn.push(rcgen::DnType::OrganizationName, "system:nodes");
+    dn.push(
+        rcgen::DnType::CommonName,
+        format!("system:node:{node_name}"),
+    );
+    params.distinguished_name = dn;
+    let csr = params.serialize_request(&key)?;
+    Ok((csr.pem()?, key))
+}
+
+/// Asks for a certificate with the credentials in `auth_kubeconfig`, waits for it, and stores it
+/// with its key in `cert_dir`. Returns the timestamped file `-current` now points at.
+async fn request_and_store(
+    auth_kubeconfig: &Path,
+    cert_dir: &Path,
+    node_name: &str,
+    timeout: Duration,
+    cancel: &CancellationToken,
+) -> Result<PathBuf, CertError> {
+    let client = apiclient::connect(auth_kubeconfig, timeout).await?;
+    let (csr_pem, key) = node_csr(node_name)?;
+    let api: Api<CertificateSigningRequest> = Api::all(client);
+    let name = create_csr(&api, &csr_pem, timeout).await?;
+    info!(csr = %name, "Waiting for the client certificate to be issued");
+    let cert = wait_for_certificate(&api, &name, timeout, cancel).await?;
+    let cert_pem = String::from_utf8(cert)
+        .map_err(|_| CertError::BadCertificate(format!("from {name} is not PEM text")))?;
+    first_validity(cert_pem.as_bytes())
+        .ok_or_else(|| CertError::BadCertificate(format!("from {name} cannot be parsed")))?;
+    store::store_pair(cert_dir, &cert_pem, &key.serialize_pem(), Timestamp::now())
+}
+
+async fn bounded<T>(
+    what: &str,
+    timeout: Duration,
+    fut: impl Future<Output = Result<T, kube::Error>>,
+) -> Result<T, CertError> {
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(r) => r.map_err(|source| CertError::Api {
+            what: what.to_string(),
+            source,
+        }),
+        Err(_) => Err(CertError::Timeout {
+            what: what.to_string(),
+            after: timeout,
+        }),
+    }
+}
+
+async fn create_csr(
+    api: &Api<CertificateSigningRequest>,
+    csr_pem: &str,
+    timeout: Duration,
+) -> Result<String, CertError> {
+    let obj = CertificateSigningRequest {
+        metadata: ObjectMeta {
+            generate_name: Some("node-csr-".into()),
+            ..Default::default()
+        },
+        spec: CertificateSigningRequestSpec {
+            request: ByteString(csr_pem.as_bytes().to_vec()),
+            signer_name: SIGNER_NAME.into(),
+            usages: Some(USAGES.iter().map(|u| u.to_string()).collect()),
+            ..Default::default()
+        },
+        status: None,
+    };
+    let created = bounded(
+        "creating certificate signing request",
+        timeout,
+        api.create(&PostParams::default(), &obj),
+    )
+    .await?;
+    created
+        .metadata
+        .name
+        .ok_or_else(|| CertError::BadCertificate("request created without a name".into()))
+}
+
+/// What a CSR's status says so far.
+#[derive(Debug, PartialEq)]
+enum CsrState {
+    Pending,
+    Issued(Vec<u8>),
+    Refused {
+        condition: String,
+        reason: String,
+        message: String,
+    },
+}
+
+fn csr_state(csr: &CertificateSigningRequest) -> CsrState {
+    let Some(status) = &csr.status else {
+        return CsrState::Pending;
+    };
+    let conditions = status.conditions.as_deref().unwrap_or_default();
+    if let Some(c) = conditions
+        .iter()
+        .find(|c| (c.type_ == "Denied" || c.type_ == "Failed") && c.status != "False")
+    {
+        return CsrState::Refused {
+            condition: c.type_.clone(),
+            reason: c.reason.clone().unwrap_or_default(),
+            message: c.message.clone().unwrap_or_default(),
+        };
+    }
+    let approved = conditions
+        .iter()
+        .any(|c| c.type_ == "Approved" && c.status != "False");
+    match &status.certificate {
+        Some(cert) if approved && !cert.0.is_empty() => CsrState::Issued(cert.0.clone()),
+        _ => CsrState::Pending,
+    }
+}
+
+async fn wait_for_certificate(
+    api: &Api<CertificateSigningRequest>,
+    name: &str,
+    timeout: Duration,
+    cancel: &CancellationToken,
+) -> Result<Vec<u8>, CertError> {
+    let deadline = tokio::time::Instant::now() + CSR_WAIT;
+    loop {
+        match bounded(
+            "reading certificate signing request",
+            timeout,
+            api.get(name),
+        )
+        .await
+        {
+            Ok(csr) => match csr_state(&csr) {
+                CsrState::Issued(cert) => return Ok(cert),
+                CsrState::Refused {
+                    condition,
+                    reason,
+                    message,
+                } => {
+                    return Err(CertError::Refused {
+                        name: name.to_string(),
+                        condition,
+                        reason,
+                        message,
+                    });
+                }
+                CsrState::Pending => {}
+            },
+            // Transient errors: the API server may be restarting; keep trying until the deadline.
+            Err(err) => debug!(%err, csr = name, "Polling certificate signing request"),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(CertError::NotIssued {
+                name: name.to_string(),
+                after: CSR_WAIT,
+            });
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return Err(CertError::Cancelled),
+            _ = tokio::time::sleep(CSR_POLL) => {}
+        }
+    }
+}
+
+/// The validity window of the first certificate in PEM text.
+fn first_validity(pem_text: &[u8]) -> Option<(Timestamp, Timestamp)> {
+    pem::parse_many(pem_text)
+        .ok()?
+        .iter()
+        .find(|p| p.tag() == "CERTIFICATE")
+        .and_then(|p| der::validity(p.contents()))
+}
+
+fn read_validity(path: &Path) -> Result<(Timestamp, Timestamp), CertError> {
+    let data = std::fs::read(path).map_err(|source| CertError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    first_validity(&data)
+        .ok_or_else(|| CertError::BadCertificate(format!("in {} cannot be parsed", path.display())))
+}
+
+/// Whether `kubeconfig` exists and every client certificate it names is unexpired at `now`;
+/// like upstream, anything unreadable counts as "needs bootstrap", not as an error.
+fn client_cert_still_valid(kubeconfig: &Path, now: Timestamp) -> bool {
+    if !kubeconfig.exists() {
+        return false;
+    }
+    match client_cert_pem(kubeconfig) {
+        Ok(pem_text) => certs_unexpired(&pem_text, now),
+        Err(err) => {
+            warn!(%err, "Existing kubeconfig is unusable; bootstrapping");
+            false
+        }
+    }
+}
+
+fn certs_unexpired(pem_text: &[u8], now: Timestamp) -> bool {
+    let Ok(blocks) = pem::parse_many(pem_text) else {
+        return false;
+    };
+    let certs: Vec<_> = blocks
+        .iter()
+        .filter(|p| p.tag() == "CERTIFICATE")
+        .map(|p| der::validity(p.contents()))
+        .collect();
+    !certs.is_empty()
+        && certs
+            .iter()
+            .all(|v| v.is_some_and(|(_, not_after)| now <= not_after))
+}
+
+/// The client certificate PEM named by the current context of `kubeconfig`.
+fn client_cert_pem(kubeconfig: &Path) -> Result<Vec<u8>, CertError> {
+    let bad = |reason: &str| CertError::BadKubeconfig {
+        path: kubeconfig.to_path_buf(),
+        reason: reason.to_string(),
+    };
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|source| {
+        CertError::Kubeconfig {
+            path: kubeconfig.to_path_buf(),
+            source,
+        }
+    })?;
+    let ctx_name = kc
+        .current_context
+        .as_deref()
+        .ok_or_else(|| bad("no current-context"))?;
+    let user = kc
+        .contexts
+        .iter()
+        .find(|c| c.name == ctx_name)
+        .and_then(|c| c.context.as_ref())
+        .and_then(|c| c.user.as_deref())
+        .ok_or_else(|| bad("current context has no user"))?;
+    let auth = kc
+        .auth_infos
+        .iter()
+        .find(|a| a.name == user)
+        .and_then(|a| a.auth_info.as_ref())
+        .ok_or_else(|| bad("user not found"))?;
+    if let Some(data) = auth.client_certificate_data.as_deref() {
+        use base64::Engine;
+        return base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .map_err(|_| bad("client-certificate-data is not base64"));
+    }
+    let file = auth
+        .client_certificate
+        .as_deref()
+        .ok_or_else(|| bad("no client certificate"))?;
+    let path = kubeconfig.parent().unwrap_or(Path::new(".")).join(file);
+    std::fs::read(&path).map_err(|source| CertError::Io { path, source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::certificates::v1::{
+        CertificateSigningRequestCondition, CertificateSigningRequestStatus,
+    };
+
+    const OID_EC_PUBLIC_KEY: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01];
+    const OID_P256: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
+    const OID_CN: &[u8] = &[0x55, 0x04, 0x03];
+    const OID_O: &[u8] = &[0x55, 0x04, 0x0a];
+
+    type Attribute = (Vec<u8>, String);
+
+    /// Subject attributes (OID, value) and the key algorithm OIDs of a DER CSR.
+    fn parse_csr(der_bytes: &[u8]) -> (Vec<Attribute>, Vec<Vec<u8>>) {
+        let (csr, _) = der::read(der_bytes).unwrap();
+        let parts = der::children(csr.body).unwrap();
+        let info = der::children(parts[0].body).unwrap();
+        let mut subject = vec![];
+        for set in der::children(info[1].body).unwrap() {
+            for atv in der::children(set.body).unwrap() {
+                let kv = der::children(atv.body).unwrap();
+                subject.push((
+                    kv[0].body.to_vec(),
+                    String::from_utf8(kv[1].body.to_vec()).unwrap(),
+                ));
+            }
+        }
+        let spki = der::children(info[2].body).unwrap();
+        let alg = der::children(spki[0].body).unwrap();
+        (subject, alg.iter().map(|t| t.body.to_vec()).collect())
+    }
+
+    #[test]
+    fn csr_names_the_node_with_a_p256_key() {
+        let (pem_text, key) = node_csr("n1").unwrap();
+        let block = pem::parse(&pem_text).unwrap();
+        assert_eq!(block.tag(), "CERTIFICATE REQUEST");
+        let (subject, alg) = parse_csr(block.contents());
+        assert!(subject.contains(&(OID_CN.to_vec(), "system:node:n1".to_string())));
+        assert!(subject.contains(&(OID_O.to_vec(), "system:nodes".to_string())));
+        assert_eq!(subject.len(), 2);
+        assert_eq!(alg, vec![OID_EC_PUBLIC_KEY.to_vec(), OID_P256.to_vec()]);
+        assert!(key.serialize_pem().contains("PRIVATE KEY"));
+    }
+
+    fn self_signed(not_before: Timestamp, not_after: Timestamp) -> String {
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut params = rcgen::CertificateParams::new(vec!["x".into()]).unwrap();
+        // rcgen takes whole days; tests pick instants at or around midnight.
+        let to_odt = |t: Timestamp| {
+            let d = t.to_zoned(jiff::tz::TimeZone::UTC).date();
+            rcgen::date_time_ymd(i32::from(d.year()), d.month() as u8, d.day() as u8)
+        };
+        params.not_before = to_odt(not_before);
+        params.not_after = to_odt(not_after);
+        params.self_signed(&key).unwrap().pem()
+    }
+
+    #[test]
+    fn reads_validity_and_decides_expiry() {
+        let nb: Timestamp = "2024-01-01T00:00:00Z".parse().unwrap();
+        let na: Timestamp = "2060-01-01T00:00:00Z".parse().unwrap();
+        let pem_text = self_signed(nb, na);
+        assert_eq!(first_validity(pem_text.as_bytes()), Some((nb, na)));
+        let now: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        assert!(certs_unexpired(pem_text.as_bytes(), now));
+        let later: Timestamp = "2061-01-01T00:00:00Z".parse().unwrap();
+        assert!(!certs_unexpired(pem_text.as_bytes(), later));
+        assert!(!certs_unexpired(b"", now));
+    }
+
+    #[test]
+    fn kubeconfig_validity_follows_the_certificate() {
+        let dir = tempfile::tempdir().unwrap();
+        let kc = dir.path().join("kubelet.conf");
+        let now = Timestamp::now();
+        assert!(!client_cert_still_valid(&kc, now), "missing file");
+
+        let pem_path = dir.path().join("client.pem");
+        let info = store::ClusterInfo {
+            server: "https://127.0.0.1:1".into(),
+            ca_file: None,
+            ca_data: None,
+            insecure: false,
+        };
+        store::write_atomic(&kc, &store::kubeconfig_yaml(&info, &pem_path)).unwrap();
+        assert!(!client_cert_still_valid(&kc, now), "missing cert");
+
+        let day = jiff::SignedDuration::from_hours(24);
+        let good = self_signed(now - day * 2, now + day * 2);
+        std::fs::write(&pem_path, good).unwrap();
+        assert!(client_cert_still_valid(&kc, now));
+
+        let expired = self_signed(now - day * 3, now - day * 2);
+        std::fs::write(&pem_path, expired).unwrap();
+        assert!(!client_cert_still_valid(&kc, now));
+    }
+
+    #[test]
+    fn rotation_deadline_is_a_fraction_of_lifetime() {
+        let nb: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let na: Timestamp = "2026-01-11T00:00:00Z".parse().unwrap();
+        let at = rotation_deadline(nb, na, 0.8);
+        assert_eq!(at, "2026-01-09T00:00:00Z".parse::<Timestamp>().unwrap());
+        for _ in 0..100 {
+            let j = jitter();
+            assert!((0.7..0.9).contains(&j), "{j}");
+        }
+    }
+
+    fn csr_with(conditions: Vec<(&str, &str)>, cert: Option<&[u8]>) -> CertificateSigningRequest {
+        CertificateSigningRequest {
+            status: Some(CertificateSigningRequestStatus {
+                certificate: cert.map(|c| ByteString(c.to_vec())),
+                conditions: Some(
+                    conditions
+                        .into_iter()
+                        .map(|(t, reason)| CertificateSigningRequestCondition {
+                            type_: t.into(),
+                            status: "True".into(),
+                            reason: Some(reason.into()),
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn csr_state_needs_approval_and_certificate() {
+        assert_eq!(
+            csr_state(&CertificateSigningRequest::default()),
+            CsrState::Pending
+        );
+        assert_eq!(
+            csr_state(&csr_with(vec![("Approved", "A")], None)),
+            CsrState::Pending
+        );
+        assert_eq!(csr_state(&csr_with(vec![], Some(b"C"))), CsrState::Pending);
+        assert_eq!(
+            csr_state(&csr_with(vec![("Approved", "A")], Some(b"C"))),
+            CsrState::Issued(b"C".to_vec())
+        );
+        assert!(matches!(
+            csr_state(&csr_with(vec![("Denied", "Nope")], None)),
+            CsrState::Refused { condition, reason, .. } if condition == "Denied" && reason == "Nope"
+        ));
+    }
+}
