@@ -16,7 +16,7 @@ use crate::cli::Settings;
 use crate::cm::{CgroupManager, PodCgroupOptions};
 use crate::config;
 use crate::cri::RuntimeClient;
-use crate::events::EventRecorder;
+use crate::events::{self, EventRecorder};
 use crate::node;
 use crate::pleg::{Pleg, PlegHealth};
 use crate::runtime::images::ImagePuller;
@@ -232,12 +232,28 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         Some(path) => Some(apiclient::connect(path, cfg.runtime_request_timeout.0).await?),
         None => None,
     };
+    let mut tasks = JoinSet::new();
+    // Events go to the API server when there is one; the log gets them either way.
+    let recorder = match &client {
+        Some(c) => {
+            let (recorder, sink) = events::start(
+                c.clone(),
+                node_name.clone(),
+                cfg.event_record_qps,
+                cfg.event_burst,
+                cancel.child_token(),
+            );
+            tasks.spawn(sink);
+            recorder
+        }
+        None => EventRecorder::default(),
+    };
     let runtime = Arc::new(
         RuntimeManager::new(
             cri.clone(),
             cgroups.clone(),
             images,
-            EventRecorder,
+            recorder,
             RuntimeSettings {
                 node_ip: node_ip.clone(),
                 logs_root,
@@ -263,7 +279,6 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         None => StatusStore::default(),
     });
 
-    let mut tasks = JoinSet::new();
     let max_pods = cfg.max_pods.max(1) as usize;
 
     // Pod sources → PodConfig → sync loop.
@@ -289,7 +304,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
             source_tx.clone(),
             cancel.child_token(),
         ));
-        let syncer = StatusSyncer::new(client.clone(), status.clone());
+        let syncer = StatusSyncer::new(client.clone(), status.clone(), node_name.clone());
         tasks.spawn(syncer.run(status_rx, cancel.child_token()));
     }
     drop(source_tx);
