@@ -15,7 +15,7 @@ use crate::cli::Settings;
 use crate::cm::{CgroupManager, PodCgroupOptions};
 use crate::config;
 use crate::cri::RuntimeClient;
-use crate::events::EventRecorder;
+use crate::events::{self, EventRecorder};
 use crate::node;
 use crate::pleg::{Pleg, PlegHealth};
 use crate::runtime::images::ImagePuller;
@@ -243,12 +243,28 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         Some(path) => Some(apiclient::connect(path, cfg.runtime_request_timeout.0).await?),
         None => None,
     };
+    let mut tasks = JoinSet::new();
+    // Events go to the API server when there is one; the log gets them either way.
+    let recorder = match &client {
+        Some(c) => {
+            let (recorder, sink) = events::start(
+                c.clone(),
+                node_name.clone(),
+                cfg.event_record_qps,
+                cfg.event_burst,
+                cancel.child_token(),
+            );
+            tasks.spawn(sink);
+            recorder
+        }
+        None => EventRecorder::default(),
+    };
     let runtime = Arc::new(
         RuntimeManager::new(
             cri.clone(),
             cgroups.clone(),
             images,
-            EventRecorder,
+            recorder,
             RuntimeSettings {
                 node_ip: node_ip.clone(),
                 logs_root,
@@ -274,7 +290,6 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         None => StatusStore::default(),
     });
 
-    let mut tasks = JoinSet::new();
     if let (Some(kubeconfig), Some(_), true) = (&flags.kubeconfig, &client, cfg.rotate_certificates)
     {
         tasks.spawn(certificate::run_rotation(
@@ -310,7 +325,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
             source_tx.clone(),
             cancel.child_token(),
         ));
-        let syncer = StatusSyncer::new(client.clone(), status.clone());
+        let syncer = StatusSyncer::new(client.clone(), status.clone(), node_name.clone());
         tasks.spawn(syncer.run(status_rx, cancel.child_token()));
     }
     drop(source_tx);

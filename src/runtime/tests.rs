@@ -44,7 +44,7 @@ impl Harness {
             cri.client.clone(),
             Arc::new(cgroups),
             images,
-            EventRecorder,
+            EventRecorder::default(),
             RuntimeSettings {
                 node_ip: "192.0.2.10".into(),
                 logs_root: dir.path().join("logs"),

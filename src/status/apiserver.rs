@@ -13,8 +13,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::mirror::{MirrorManager, PodName};
 use super::{StatusEvent, StatusStore};
-use crate::config::{API_SOURCE, CONFIG_SOURCE_ANNOTATION, annotation};
+use crate::config::{API_SOURCE, CONFIG_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION, annotation};
+use crate::config::{is_mirror_pod, is_static_pod};
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Upstream's status manager resyncs everything this often.
@@ -27,17 +29,67 @@ fn is_api_pod(pod: &Pod) -> bool {
 pub struct StatusSyncer {
     client: kube::Client,
     store: Arc<StatusStore>,
-    /// What the API server last accepted, per pod; bounded by the store's pods.
-    sent: HashMap<String, PodStatus>,
+    /// What the API server last accepted, per pod: the UID of the object patched (the
+    /// mirror pod's, for static pods) and the status. Bounded by the store's pods.
+    sent: HashMap<String, (String, PodStatus)>,
+    mirrors: MirrorManager,
+}
+
+/// The static pods to mirror, one per name: when a changed manifest briefly leaves the old
+/// and the new pod side by side, the one seen last wins.
+fn static_pods(store: &StatusStore) -> HashMap<PodName, Arc<Pod>> {
+    let mut out: HashMap<PodName, Arc<Pod>> = HashMap::new();
+    for uid in store.uids() {
+        let Some((pod, _)) = store.entry(&uid) else {
+            continue;
+        };
+        if !is_static_pod(&pod) || is_mirror_pod(&pod) {
+            continue;
+        }
+        let key = (
+            pod.metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into()),
+            pod.metadata.name.clone().unwrap_or_default(),
+        );
+        let newer = out.get(&key).is_none_or(|old| {
+            annotation(&pod, CONFIG_SEEN_ANNOTATION) > annotation(old, CONFIG_SEEN_ANNOTATION)
+        });
+        if newer {
+            out.insert(key, pod);
+        }
+    }
+    out
 }
 
 impl StatusSyncer {
-    pub fn new(client: kube::Client, store: Arc<StatusStore>) -> Self {
+    pub fn new(client: kube::Client, store: Arc<StatusStore>, node_name: String) -> Self {
         StatusSyncer {
+            mirrors: MirrorManager::new(client.clone(), node_name),
             client,
             store,
             sent: HashMap::new(),
         }
+    }
+
+    /// Mirror pods for every static pod, and none for static pods that are gone.
+    async fn sync_mirrors(&mut self) {
+        let pods = static_pods(&self.store);
+        for pod in pods.values() {
+            self.mirrors.ensure(pod).await;
+        }
+        let live: Vec<PodName> = pods.into_keys().collect();
+        self.mirrors.remove_absent(&live).await;
+    }
+
+    async fn changed(&mut self, uid: &str) {
+        if let Some((pod, _)) = self.store.entry(uid)
+            && is_static_pod(&pod)
+        {
+            self.mirrors.ensure(&pod).await;
+        }
+        self.patch(uid).await;
     }
 
     async fn patch(&mut self, uid: &str) {
@@ -45,7 +97,22 @@ impl StatusSyncer {
             self.sent.remove(uid);
             return;
         };
-        if !is_api_pod(&pod) || self.sent.get(uid) == Some(&status) {
+        // Static pods show their status on their mirror pod, guarded by the mirror's UID.
+        let target = if is_api_pod(&pod) {
+            uid.to_string()
+        } else if is_static_pod(&pod) {
+            match self.mirrors.mirror_uid(&pod) {
+                Some(u) => u.to_string(),
+                None => return,
+            }
+        } else {
+            return;
+        };
+        if self
+            .sent
+            .get(uid)
+            .is_some_and(|(t, s)| *t == target && *s == status)
+        {
             return;
         }
         let m = &pod.metadata;
@@ -54,13 +121,13 @@ impl StatusSyncer {
             m.name.as_deref().unwrap_or_default(),
         );
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-        let body = json!({ "metadata": { "uid": uid }, "status": status });
+        let body = json!({ "metadata": { "uid": target }, "status": status });
         let (params, patch) = (PatchParams::default(), Patch::Merge(&body));
         let call = api.patch_status(name, &params, &patch);
         match tokio::time::timeout(CALL_TIMEOUT, call).await {
             Ok(Ok(_)) => {
                 debug!(pod = %format!("{ns}/{name}"), "Status patched");
-                self.sent.insert(uid.to_string(), status);
+                self.sent.insert(uid.to_string(), (target, status));
             }
             Ok(Err(kube::Error::Api(e))) if e.code == 404 || e.code == 409 => {
                 debug!(pod = %format!("{ns}/{name}"), code = e.code, "Pod gone or replaced; status not sent");
@@ -103,7 +170,7 @@ impl StatusSyncer {
                 _ = cancel.cancelled() => return,
                 e = events.recv() => match e {
                     None => return,
-                    Some(StatusEvent::Changed(uid)) => self.patch(&uid).await,
+                    Some(StatusEvent::Changed(uid)) => self.changed(&uid).await,
                     Some(StatusEvent::Terminated { uid, namespace, name }) => {
                         self.delete(&uid, &namespace, &name).await
                     }
@@ -111,6 +178,7 @@ impl StatusSyncer {
                 _ = resync.tick() => {
                     let live = self.store.uids();
                     self.sent.retain(|uid, _| live.contains(uid));
+                    self.sync_mirrors().await;
                     for uid in live {
                         self.patch(&uid).await;
                     }

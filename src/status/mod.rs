@@ -3,6 +3,7 @@
 
 pub mod apiserver;
 mod generate;
+pub mod mirror;
 
 pub use generate::{PodStatusInput, generate_pod_status, pod_phase};
 
