@@ -22,18 +22,26 @@ fn ready(node: &Node) -> bool {
         .is_some_and(|c| c.status == "True")
 }
 
+/// Joins like a kubeadm node: only a bootstrap token at first, a client certificate from the
+/// cluster's CSR signer after TLS bootstrap.
 fn start_in_cluster(k: &mut Kubelet) {
     let env = cluster_env();
     let kubeconfig = k.dir.path().join("kubelet.conf");
-    node_kubeconfig(CLUSTER_NODE, &kubeconfig);
+    let bootstrap = env
+        .get("KRS_BOOTSTRAP_KUBECONFIG")
+        .expect("KRS_BOOTSTRAP_KUBECONFIG from env.sh");
     let node_ip = env
         .get("KRS_NODE_IP")
         .cloned()
         .unwrap_or_else(|| "127.0.0.1".into());
     k.start_with(&[
         &format!("--kubeconfig={}", kubeconfig.display()),
+        &format!("--bootstrap-kubeconfig={bootstrap}"),
+        &format!("--cert-dir={}", k.dir.path().join("pki").display()),
         &format!("--node-ip={node_ip}"),
     ]);
+    assert!(kubeconfig.exists(), "TLS bootstrap wrote no kubeconfig");
+    assert!(k.dir.path().join("pki/kubelet-client-current.pem").exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
