@@ -264,7 +264,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
             cri.clone(),
             cgroups.clone(),
             images,
-            recorder,
+            recorder.clone(),
             RuntimeSettings {
                 node_ip: node_ip.clone(),
                 logs_root,
@@ -355,7 +355,8 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
             &node_ip,
             cri.clone(),
             pleg_health.clone(),
-        );
+        )
+        .with_events(recorder.clone());
         tasks.spawn(node::run(ctx, cancel.child_token()));
     }
 

@@ -77,6 +77,21 @@ async fn node_joins_runs_a_deployment_and_rejects_what_does_not_fit() {
         "{info:?}"
     );
 
+    // The kubelet announced itself and the node's conditions as events.
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
+    let on_node = ListParams::default().fields(&format!("involvedObject.name={CLUSTER_NODE}"));
+    wait_async(
+        Duration::from_secs(30),
+        "Starting and NodeReady events",
+        || async {
+            let list = events.list(&on_node).await.ok()?;
+            let reasons: Vec<_> = list.items.iter().filter_map(|e| e.reason.clone()).collect();
+            (reasons.iter().any(|r| r == "Starting") && reasons.iter().any(|r| r == "NodeReady"))
+                .then_some(())
+        },
+    )
+    .await;
+
     // The lease is renewed.
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     let renew = |l: &Lease| l.spec.as_ref().and_then(|s| s.renew_time.clone());

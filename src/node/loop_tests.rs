@@ -46,6 +46,7 @@ fn context(client: kube::Client, cri: &FakeCri, settings: NodeSettings) -> NodeC
         settings,
         cri: cri.client.clone(),
         pleg: Arc::new(PlegHealth::default()),
+        events: Default::default(),
     }
 }
 

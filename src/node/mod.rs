@@ -126,6 +126,7 @@ pub struct NodeContext {
     pub settings: NodeSettings,
     pub cri: RuntimeClient,
     pub pleg: Arc<PlegHealth>,
+    pub events: crate::events::EventRecorder,
 }
 
 impl NodeContext {
@@ -142,7 +143,20 @@ impl NodeContext {
             settings: NodeSettings::from_settings(settings, detected_ip),
             cri,
             pleg,
+            events: crate::events::EventRecorder::default(),
         }
+    }
+
+    pub fn with_events(mut self, events: crate::events::EventRecorder) -> Self {
+        self.events = events;
+        self
+    }
+
+    /// A Node event in upstream's "Node <name> status is now: <reason>" form.
+    pub fn status_event(&self, kind: crate::events::EventType, reason: &str) {
+        let message = format!("Node {} status is now: {reason}", self.node_name);
+        self.events
+            .node(&self.node_name, None, kind, reason, &message);
     }
 }
 
@@ -239,6 +253,13 @@ async fn sleep_or_cancel(cancel: &CancellationToken, d: Duration) -> bool {
 /// Registers the node (when configured to), then keeps its status and lease current until
 /// `cancel` fires.
 pub async fn run(ctx: NodeContext, cancel: CancellationToken) {
+    ctx.events.node(
+        &ctx.node_name,
+        None,
+        crate::events::EventType::Normal,
+        "Starting",
+        "Starting kubelet.",
+    );
     let mut tracker = status::RuntimeTracker::default();
     if ctx.settings.register_node
         && register::register(&ctx, &mut tracker, &cancel)

@@ -218,13 +218,68 @@ async fn try_update(
 }
 
 /// One status sync: up to five attempts, re-registering if the Node has gone.
+/// The condition values last announced as events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Announced {
+    ready: bool,
+    pressure: Pressure,
+}
+
+/// Node events for condition changes, as upstream records them (the first sync announces all).
+fn announce(ctx: &NodeContext, last: &mut Option<Announced>, inputs: &StatusInputs) {
+    use crate::events::EventType::Normal;
+    let now = Announced {
+        ready: inputs.ready_errors.is_empty(),
+        pressure: inputs.pressure,
+    };
+    let before = *last;
+    let changed = |f: fn(&Announced) -> bool| before.is_none_or(|b| f(&b) != f(&now));
+    if changed(|a| a.pressure.memory) {
+        let r = if now.pressure.memory {
+            "NodeHasInsufficientMemory"
+        } else {
+            "NodeHasSufficientMemory"
+        };
+        ctx.status_event(Normal, r);
+    }
+    if changed(|a| a.pressure.disk) {
+        let r = if now.pressure.disk {
+            "NodeHasDiskPressure"
+        } else {
+            "NodeHasNoDiskPressure"
+        };
+        ctx.status_event(Normal, r);
+    }
+    if changed(|a| a.pressure.pid) {
+        let r = if now.pressure.pid {
+            "NodeHasInsufficientPID"
+        } else {
+            "NodeHasSufficientPID"
+        };
+        ctx.status_event(Normal, r);
+    }
+    if changed(|a| a.ready) {
+        ctx.status_event(
+            Normal,
+            if now.ready {
+                "NodeReady"
+            } else {
+                "NodeNotReady"
+            },
+        );
+    }
+    *last = Some(now);
+}
+
 async fn sync_status(
     ctx: &NodeContext,
     tracker: &mut RuntimeTracker,
     last_report: &mut Option<Instant>,
+    announced: &mut Option<Announced>,
     cancel: &CancellationToken,
 ) -> Result<(), NodeError> {
     let inputs = gather(ctx, tracker, cancel).await?;
+    announce(ctx, announced, &inputs);
     for attempt in 1..=UPDATE_RETRIES {
         match try_update(ctx, &inputs, *last_report, cancel).await {
             Ok(Outcome::Patched) => {
@@ -261,9 +316,10 @@ pub async fn run_status_loop(
         ctx.settings.status_update_frequency
     };
     let mut last_report: Option<Instant> = None;
+    let mut announced = None;
     loop {
         if let Err(NodeError::Cancelled) =
-            sync_status(ctx, &mut tracker, &mut last_report, cancel).await
+            sync_status(ctx, &mut tracker, &mut last_report, &mut announced, cancel).await
         {
             return;
         }

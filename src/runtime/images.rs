@@ -127,7 +127,12 @@ impl ImagePuller {
     }
 
     #[tracing::instrument(name = "image_pull", skip_all, fields(image = %container.image.as_deref().unwrap_or_default()))]
-    pub async fn ensure(&self, container: &Container) -> Result<PulledImage, ImageError> {
+    /// `on_pull` runs just before a pull really starts (for the Pulling event).
+    pub async fn ensure(
+        &self,
+        container: &Container,
+        on_pull: impl FnOnce(),
+    ) -> Result<PulledImage, ImageError> {
         let raw = container.image.as_deref().unwrap_or_default();
         if raw.trim().is_empty() || raw.contains(char::is_whitespace) {
             return Err(ImageError::InvalidName(raw.to_string()));
@@ -146,6 +151,7 @@ impl ImagePuller {
             return Ok(found);
         }
         let _slot = self.parallel.acquire().await;
+        on_pull();
         let started = std::time::Instant::now();
         let image_ref = self
             .cri

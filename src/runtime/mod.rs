@@ -510,7 +510,15 @@ impl RuntimeManager {
             ));
         }
         let image = container.image.as_deref().unwrap_or_default();
-        let pulled = match self.images.ensure(container).await {
+        let announce = || {
+            self.events.pod(
+                pod,
+                EventType::Normal,
+                "Pulling",
+                &format!("Pulling image \"{image}\""),
+            )
+        };
+        let pulled = match self.images.ensure(container, announce).await {
             Ok(p) => {
                 backoff.forget(&pull_key);
                 p
