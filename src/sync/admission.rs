@@ -55,6 +55,49 @@ fn host_ports(pod: &Pod) -> Vec<(String, String, i32)> {
         .collect()
 }
 
+/// `requiredDuringSchedulingIgnoredDuringExecution`: any one term must match, and within a term
+/// every expression (labels; `metadata.name` for matchFields).
+fn required_affinity_matches(
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    use k8s_openapi::api::core::v1::NodeSelectorRequirement;
+    let Some(required) = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| {
+            n.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+    else {
+        return true;
+    };
+    let matches = |r: &NodeSelectorRequirement, value: Option<&String>| {
+        let values = r.values.as_deref().unwrap_or(&[]);
+        let num = |v: Option<&String>| v.and_then(|s| s.parse::<i64>().ok());
+        match r.operator.as_str() {
+            "In" => value.is_some_and(|v| values.contains(v)),
+            "NotIn" => value.is_none_or(|v| !values.contains(v)),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            "Gt" => matches!((num(value), num(values.first())), (Some(a), Some(b)) if a > b),
+            "Lt" => matches!((num(value), num(values.first())), (Some(a), Some(b)) if a < b),
+            _ => false,
+        }
+    };
+    let node_name = labels.get("kubernetes.io/hostname");
+    required.node_selector_terms.iter().any(|term| {
+        let exprs = term.match_expressions.as_deref().unwrap_or(&[]);
+        let fields = term.match_fields.as_deref().unwrap_or(&[]);
+        (!exprs.is_empty() || !fields.is_empty())
+            && exprs.iter().all(|r| matches(r, labels.get(&r.key)))
+            && fields
+                .iter()
+                .all(|r| r.key == "metadata.name" && matches(r, node_name))
+    })
+}
+
 fn reject(reason: &str, message: String) -> Result<(), Rejection> {
     Err(Rejection {
         reason: reason.to_string(),
@@ -76,9 +119,11 @@ pub fn admit<'a>(
     node_labels: &BTreeMap<String, String>,
 ) -> Result<(), Rejection> {
     let spec = pod.spec.clone().unwrap_or_default();
-    if let Some(selector) = &spec.node_selector
-        && selector.iter().any(|(k, v)| node_labels.get(k) != Some(v))
-    {
+    let selector_ok = spec
+        .node_selector
+        .as_ref()
+        .is_none_or(|sel| sel.iter().all(|(k, v)| node_labels.get(k) == Some(v)));
+    if !selector_ok || !required_affinity_matches(&spec, node_labels) {
         return reject("NodeAffinity", "Predicate NodeAffinity failed".into());
     }
     let (mut used_cpu, mut used_mem, mut count) = (0i64, 0i64, 0i64);
