@@ -233,40 +233,29 @@ fn announce(ctx: &NodeContext, last: &mut Option<Announced>, inputs: &StatusInpu
         pressure: inputs.pressure,
     };
     let before = *last;
-    let changed = |f: fn(&Announced) -> bool| before.is_none_or(|b| f(&b) != f(&now));
-    if changed(|a| a.pressure.memory) {
-        let r = if now.pressure.memory {
-            "NodeHasInsufficientMemory"
-        } else {
-            "NodeHasSufficientMemory"
-        };
-        ctx.status_event(Normal, r);
-    }
-    if changed(|a| a.pressure.disk) {
-        let r = if now.pressure.disk {
-            "NodeHasDiskPressure"
-        } else {
-            "NodeHasNoDiskPressure"
-        };
-        ctx.status_event(Normal, r);
-    }
-    if changed(|a| a.pressure.pid) {
-        let r = if now.pressure.pid {
-            "NodeHasInsufficientPID"
-        } else {
-            "NodeHasSufficientPID"
-        };
-        ctx.status_event(Normal, r);
-    }
-    if changed(|a| a.ready) {
-        ctx.status_event(
-            Normal,
-            if now.ready {
-                "NodeReady"
-            } else {
-                "NodeNotReady"
-            },
-        );
+    type Check = (fn(&Announced) -> bool, &'static str, &'static str);
+    let checks: [Check; 4] = [
+        (
+            |a| a.pressure.memory,
+            "NodeHasInsufficientMemory",
+            "NodeHasSufficientMemory",
+        ),
+        (
+            |a| a.pressure.disk,
+            "NodeHasDiskPressure",
+            "NodeHasNoDiskPressure",
+        ),
+        (
+            |a| a.pressure.pid,
+            "NodeHasInsufficientPID",
+            "NodeHasSufficientPID",
+        ),
+        (|a| a.ready, "NodeReady", "NodeNotReady"),
+    ];
+    for (get, when_true, when_false) in checks {
+        if before.is_none_or(|b| get(&b) != get(&now)) {
+            ctx.status_event(Normal, if get(&now) { when_true } else { when_false });
+        }
     }
     *last = Some(now);
 }

@@ -96,67 +96,79 @@ fn project(
     Ok(files)
 }
 
+/// Where a volume's files come from: which object, which keys, how.
+struct SourceRef<'a> {
+    volume: &'a str,
+    name: &'a str,
+    items: Option<&'a Vec<KeyToPath>>,
+    default_mode: i32,
+    optional: bool,
+}
+
+/// Fetches one object and projects its key/value pairs; a missing object is an error unless
+/// the source is optional.
+async fn object_files<K>(
+    api: Api<K>,
+    what: &str,
+    src: SourceRef<'_>,
+    to_data: impl FnOnce(K) -> HashMap<String, Vec<u8>>,
+) -> Result<Vec<FileEntry>, VolumeError>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match get(api, src.name, src.volume).await? {
+        Some(obj) => project(
+            src.volume,
+            to_data(obj),
+            src.items,
+            src.default_mode,
+            src.optional,
+        ),
+        None if src.optional => Ok(vec![]),
+        None => Err(missing(src.volume, what, src.name)),
+    }
+}
+
 async fn secret_files(
     client: &kube::Client,
     ns: &str,
-    volume: &str,
-    name: &str,
-    items: Option<&Vec<KeyToPath>>,
-    default_mode: i32,
-    optional: bool,
+    src: SourceRef<'_>,
 ) -> Result<Vec<FileEntry>, VolumeError> {
-    let found = get(Api::<Secret>::namespaced(client.clone(), ns), name, volume).await?;
-    let Some(secret) = found else {
-        return if optional {
-            Ok(vec![])
-        } else {
-            Err(missing(volume, "secret", name))
-        };
-    };
-    let mut data: HashMap<String, Vec<u8>> = secret
-        .data
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(k, v)| (k, v.0))
-        .collect();
-    for (k, v) in secret.string_data.unwrap_or_default() {
-        data.insert(k, v.into_bytes());
-    }
-    project(volume, data, items, default_mode, optional)
+    let api = Api::<Secret>::namespaced(client.clone(), ns);
+    object_files(api, "secret", src, |secret| {
+        let mut data: HashMap<String, Vec<u8>> = secret
+            .data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect();
+        for (k, v) in secret.string_data.unwrap_or_default() {
+            data.insert(k, v.into_bytes());
+        }
+        data
+    })
+    .await
 }
 
 async fn config_map_files(
     client: &kube::Client,
     ns: &str,
-    volume: &str,
-    name: &str,
-    items: Option<&Vec<KeyToPath>>,
-    default_mode: i32,
-    optional: bool,
+    src: SourceRef<'_>,
 ) -> Result<Vec<FileEntry>, VolumeError> {
-    let found = get(
-        Api::<ConfigMap>::namespaced(client.clone(), ns),
-        name,
-        volume,
-    )
-    .await?;
-    let Some(cm) = found else {
-        return if optional {
-            Ok(vec![])
-        } else {
-            Err(missing(volume, "configmap", name))
-        };
-    };
-    let mut data: HashMap<String, Vec<u8>> = cm
-        .data
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(k, v)| (k, v.into_bytes()))
-        .collect();
-    for (k, v) in cm.binary_data.unwrap_or_default() {
-        data.insert(k, v.0);
-    }
-    project(volume, data, items, default_mode, optional)
+    let api = Api::<ConfigMap>::namespaced(client.clone(), ns);
+    object_files(api, "configmap", src, |cm| {
+        let mut data: HashMap<String, Vec<u8>> = cm
+            .data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.into_bytes()))
+            .collect();
+        for (k, v) in cm.binary_data.unwrap_or_default() {
+            data.insert(k, v.0);
+        }
+        data
+    })
+    .await
 }
 
 /// Fetches the contents of every secret/configMap/projected volume of the pod.
@@ -172,23 +184,23 @@ pub async fn fetch(client: Option<&kube::Client>, pod: &Pod) -> Result<Fetched, 
             });
         };
         let files = if let Some(s) = &v.secret {
-            let name = s.secret_name.as_deref().unwrap_or_default();
-            let mode = s.default_mode.unwrap_or(DEFAULT_MODE);
-            let optional = s.optional.unwrap_or(false);
-            secret_files(client, ns, &v.name, name, s.items.as_ref(), mode, optional).await?
+            let src = SourceRef {
+                volume: &v.name,
+                name: s.secret_name.as_deref().unwrap_or_default(),
+                items: s.items.as_ref(),
+                default_mode: s.default_mode.unwrap_or(DEFAULT_MODE),
+                optional: s.optional.unwrap_or(false),
+            };
+            secret_files(client, ns, src).await?
         } else if let Some(c) = &v.config_map {
-            let mode = c.default_mode.unwrap_or(DEFAULT_MODE);
-            let optional = c.optional.unwrap_or(false);
-            config_map_files(
-                client,
-                ns,
-                &v.name,
-                &c.name,
-                c.items.as_ref(),
-                mode,
-                optional,
-            )
-            .await?
+            let src = SourceRef {
+                volume: &v.name,
+                name: &c.name,
+                items: c.items.as_ref(),
+                default_mode: c.default_mode.unwrap_or(DEFAULT_MODE),
+                optional: c.optional.unwrap_or(false),
+            };
+            config_map_files(client, ns, src).await?
         } else {
             projected_files(client, pod, v).await?
         };
@@ -210,33 +222,23 @@ async fn projected_files(
     let mut files = Vec::new();
     for src in p.sources.iter().flatten() {
         if let Some(s) = &src.secret {
-            let optional = s.optional.unwrap_or(false);
-            files.extend(
-                secret_files(
-                    client,
-                    ns,
-                    &v.name,
-                    &s.name,
-                    s.items.as_ref(),
-                    mode,
-                    optional,
-                )
-                .await?,
-            );
+            let source = SourceRef {
+                volume: &v.name,
+                name: &s.name,
+                items: s.items.as_ref(),
+                default_mode: mode,
+                optional: s.optional.unwrap_or(false),
+            };
+            files.extend(secret_files(client, ns, source).await?);
         } else if let Some(c) = &src.config_map {
-            let optional = c.optional.unwrap_or(false);
-            files.extend(
-                config_map_files(
-                    client,
-                    ns,
-                    &v.name,
-                    &c.name,
-                    c.items.as_ref(),
-                    mode,
-                    optional,
-                )
-                .await?,
-            );
+            let source = SourceRef {
+                volume: &v.name,
+                name: &c.name,
+                items: c.items.as_ref(),
+                default_mode: mode,
+                optional: c.optional.unwrap_or(false),
+            };
+            files.extend(config_map_files(client, ns, source).await?);
         } else if let Some(d) = &src.downward_api {
             for item in d.items.iter().flatten() {
                 let Some(f) = &item.field_ref else {
