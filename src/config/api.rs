@@ -114,6 +114,7 @@ impl ApiSource {
                 .await
                 .map_err(WatchError::Watch)?;
             let mut stream = Box::pin(stream);
+            let opened = std::time::Instant::now();
             loop {
                 let next = tokio::select! {
                     _ = cancel.cancelled() => return Ok(()),
@@ -128,6 +129,11 @@ impl ApiSource {
                 if changed && !self.send().await {
                     return Ok(());
                 }
+            }
+            // A watch the server closes at once would otherwise be reopened in a tight loop;
+            // hand it to the caller, which waits before starting over.
+            if opened.elapsed() < RETRY_MIN {
+                return Ok(());
             }
             debug!(%rv, "Pod watch ended, resuming");
         }
@@ -157,7 +163,14 @@ pub async fn run_api_source(
             return;
         }
         match result {
-            Ok(()) | Err(WatchError::Gone) => delay = RETRY_MIN,
+            Ok(()) | Err(WatchError::Gone) => {
+                // Relisting is normal (an expired resourceVersion) but never back-to-back.
+                delay = RETRY_MIN;
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(RETRY_MIN) => {}
+                }
+            }
             Err(err) => {
                 warn!(%err, retry_in = ?delay, "Pod source lost the API server");
                 tokio::select! {
