@@ -385,6 +385,10 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         sync_health,
         pleg_health,
         sync_loop_deadline: (cfg.sync_frequency.0 * 2).max(Duration::from_secs(300)),
+        cri: cri.clone(),
+        settings: Arc::new(settings.clone()),
+        node_name: node_name.clone(),
+        api: client.clone(),
     };
     if cfg.healthz_port > 0 {
         let addr = socket_addr(&cfg.healthz_bind_address, cfg.healthz_port)?;

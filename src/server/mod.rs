@@ -1,6 +1,7 @@
 //! The kubelet's HTTP servers: healthz on localhost and the unauthenticated read-only API.
 
 mod healthz;
+pub mod lookup;
 mod pods;
 
 use std::net::SocketAddr;
@@ -11,6 +12,8 @@ use axum::Router;
 use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 
+use crate::cli::Settings;
+use crate::cri::RuntimeClient;
 use crate::pleg::PlegHealth;
 use crate::status::StatusStore;
 use crate::sync::SyncLoopHealth;
@@ -38,6 +41,12 @@ pub struct ServerState {
     pub pleg_health: Arc<PlegHealth>,
     /// The sync loop is unhealthy when it has not gone round for this long.
     pub sync_loop_deadline: Duration,
+    pub cri: RuntimeClient,
+    /// The effective flags and configuration, for /configz and the endpoints' limits.
+    pub settings: Arc<Settings>,
+    pub node_name: String,
+    /// The API server client (token and access reviews); None when standalone.
+    pub api: Option<kube::Client>,
 }
 
 fn healthz_routes() -> Router<ServerState> {
