@@ -55,15 +55,26 @@ fn healthz_routes() -> Router<ServerState> {
         .route("/healthz/{check}", get(healthz::one))
 }
 
+/// What every API port serves, the read-only port included: health, pods, stats, metrics.
+fn default_routes() -> Router<ServerState> {
+    healthz_routes()
+        .route("/pods", get(pods::list))
+        .route("/pods/", get(pods::list))
+}
+
+/// What only the authenticated port serves, and only with enableDebuggingHandlers: logs,
+/// exec/attach/port-forward, configz, running pods.
+#[allow(dead_code)]
+fn debugging_routes() -> Router<ServerState> {
+    Router::new()
+}
+
 pub fn healthz_router(state: ServerState) -> Router {
     healthz_routes().with_state(state)
 }
 
 pub fn read_only_router(state: ServerState) -> Router {
-    healthz_routes()
-        .route("/pods", get(pods::list))
-        .route("/pods/", get(pods::list))
-        .with_state(state)
+    default_routes().with_state(state)
 }
 
 /// Binds first (so a taken port is a start-up error), then serves until cancelled.
