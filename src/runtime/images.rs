@@ -9,7 +9,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Container;
 use tokio::sync::Semaphore;
 
-use crate::cri::{CriError, RuntimeClient};
+use super::pull_secrets::Keyring;
+use crate::cri::{CriError, RuntimeClient, api::AuthConfig};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
@@ -127,10 +128,12 @@ impl ImagePuller {
     }
 
     #[tracing::instrument(name = "image_pull", skip_all, fields(image = %container.image.as_deref().unwrap_or_default()))]
-    /// `on_pull` runs just before a pull really starts (for the Pulling event).
+    /// `on_pull` runs just before a pull really starts (for the Pulling event); `keyring`
+    /// only then too, since reading pull secrets costs API calls.
     pub async fn ensure(
         &self,
         container: &Container,
+        keyring: impl AsyncFnOnce() -> Keyring,
         on_pull: impl FnOnce(),
     ) -> Result<PulledImage, ImageError> {
         let raw = container.image.as_deref().unwrap_or_default();
@@ -150,17 +153,11 @@ impl ImagePuller {
         if let Some(found) = self.use_present(&image, policy).await? {
             return Ok(found);
         }
+        let credentials = keyring().await.lookup(&image);
         let _slot = self.parallel.acquire().await;
         on_pull();
         let started = std::time::Instant::now();
-        let image_ref = self
-            .cri
-            .pull_image(&image, None, None, self.deadline)
-            .await
-            .map_err(|source| ImageError::Pull {
-                image: image.clone(),
-                source,
-            })?;
+        let image_ref = self.pull(&image, credentials).await?;
         let took = started.elapsed();
         // The pull answer has no user; the image's status has.
         let found = self.present(&image).await?;
@@ -170,6 +167,32 @@ impl ImagePuller {
             took,
             uid: found.as_ref().and_then(|f| f.uid),
             username: found.map(|f| f.username).unwrap_or_default(),
+        })
+    }
+}
+
+impl ImagePuller {
+    /// Without credentials, one anonymous pull; with them, each in turn until one works,
+    /// like upstream (a secret may hold an old and a new password during rotation).
+    async fn pull(&self, image: &str, credentials: Vec<AuthConfig>) -> Result<String, ImageError> {
+        let mut rest = credentials.into_iter();
+        // No credentials: one anonymous pull.
+        let mut result = self
+            .cri
+            .pull_image(image, rest.next(), None, self.deadline)
+            .await;
+        for auth in rest {
+            if result.is_ok() {
+                break;
+            }
+            result = self
+                .cri
+                .pull_image(image, Some(auth), None, self.deadline)
+                .await;
+        }
+        result.map_err(|source| ImageError::Pull {
+            image: image.to_string(),
+            source,
         })
     }
 }

@@ -11,6 +11,7 @@ pub mod images;
 pub mod labels;
 pub mod observed;
 pub mod paths;
+pub mod pull_secrets;
 pub mod sandbox;
 pub mod services;
 #[cfg(test)]
@@ -518,7 +519,13 @@ impl RuntimeManager {
                 &format!("Pulling image \"{image}\""),
             )
         };
-        let pulled = match self.images.ensure(container, announce).await {
+        let keyring = async || match &self.client {
+            Some(client) => {
+                pull_secrets::Keyring::from_secrets(&pull_secrets::fetch(client, pod).await)
+            }
+            None => pull_secrets::Keyring::default(),
+        };
+        let pulled = match self.images.ensure(container, keyring, announce).await {
             Ok(p) => {
                 backoff.forget(&pull_key);
                 p
