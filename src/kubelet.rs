@@ -239,9 +239,13 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         }
     }
     // API server mode: --kubeconfig names an existing file, as upstream.
-    let client = match flags.kubeconfig.as_ref().filter(|k| k.exists()) {
-        Some(path) => Some(apiclient::connect(path, cfg.runtime_request_timeout.0).await?),
-        None => None,
+    let (client, reloader) = match flags.kubeconfig.as_ref().filter(|k| k.exists()) {
+        Some(path) => {
+            let (client, reloader) =
+                apiclient::reloadable(path, cfg.runtime_request_timeout.0).await?;
+            (Some(client), Some(reloader))
+        }
+        None => (None, None),
     };
     let mut tasks = JoinSet::new();
     // Events go to the API server when there is one; the log gets them either way.
@@ -290,13 +294,15 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         None => StatusStore::default(),
     });
 
-    if let (Some(kubeconfig), Some(_), true) = (&flags.kubeconfig, &client, cfg.rotate_certificates)
+    if let (Some(kubeconfig), Some(reloader), true) =
+        (&flags.kubeconfig, reloader, cfg.rotate_certificates)
     {
         tasks.spawn(certificate::run_rotation(
             kubeconfig.clone(),
             flags.cert_dir.clone(),
             node_name.clone(),
             cfg.runtime_request_timeout.0,
+            reloader,
             cancel.child_token(),
         ));
     }

@@ -158,7 +158,10 @@ async fn image_pull_secret_credentials_reach_the_registry() {
         "stringData": {".dockerconfigjson": config},
     }))
     .unwrap();
-    secrets.create(&PostParams::default(), &secret).await.unwrap();
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
 
     let mut k = Kubelet::new("pull-secrets");
     start_in_cluster(&mut k);

@@ -2,9 +2,8 @@
 //! through a CertificateSigningRequest) and rotation (the current certificate buys the next one
 //! before it expires), as upstream's pkg/kubelet/certificate.
 //!
-//! Rotation writes new files and repoints the `-current` symlink; a kube::Client reads its
-//! certificate once when built, so clients already running keep the old certificate and the
-//! new one takes effect at the next `apiclient::connect` (in practice, the next kubelet start).
+//! Rotation writes new files and repoints the `-current` symlink, then tells the kubelet's
+//! client to reconnect: a kube::Client reads its certificate once, when built.
 
 mod der;
 pub mod store;
@@ -122,6 +121,7 @@ pub async fn run_rotation(
     cert_dir: PathBuf,
     node_name: String,
     timeout: Duration,
+    client: crate::apiclient::Reloader,
     cancel: CancellationToken,
 ) {
     let current = store::current_path(&cert_dir);
@@ -144,10 +144,14 @@ pub async fn run_rotation(
             _ = tokio::time::sleep(wait) => {}
         }
         match rotate_once(&kubeconfig, &cert_dir, &node_name, timeout, &cancel).await {
-            Ok(path) => info!(
-                cert = %path.display(),
-                "Rotated the client certificate; new API connections use it, running clients keep the old one until restart"
-            ),
+            Ok(path) => {
+                info!(cert = %path.display(), "Rotated the client certificate");
+                // The certificate is already on disk; a failed reload is retried at the next
+                // rotation, and the old certificate stays valid until then.
+                if let Err(err) = client.reload().await {
+                    warn!(%err, "API client still uses the previous certificate");
+                }
+            }
             Err(CertError::Cancelled) => return,
             Err(err) => {
                 warn!(%err, "Client certificate rotation failed; retrying");
