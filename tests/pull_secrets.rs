@@ -23,7 +23,10 @@ const PASSWORD: &str = "krs-pass";
 
 /// A registry that wants Basic auth for everything and has no images: enough to see which
 /// credentials a pull presents. Records each request's path and Authorization header.
-fn start_registry() -> (u16, Arc<Mutex<Vec<(String, String)>>>) {
+/// (path, Authorization header) of every request the registry got.
+type Seen = Arc<Mutex<Vec<(String, String)>>>;
+
+fn start_registry() -> (u16, Seen) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind registry");
     let port = listener.local_addr().unwrap().port();
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -138,7 +141,6 @@ fn waiting_reason(p: &Pod) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn image_pull_secret_credentials_reach_the_registry() {
-    let _serial = serial();
     let client = admin_client().await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
