@@ -152,6 +152,12 @@ fn machine_memory_bytes() -> i64 {
         .unwrap_or(0)
 }
 
+fn machine_cpu_millis() -> i64 {
+    std::thread::available_parallelism()
+        .map(|n| n.get() as i64 * 1000)
+        .unwrap_or(1000)
+}
+
 fn apply_oom_score_adj(value: i32) {
     if let Err(err) = std::fs::write("/proc/self/oom_score_adj", value.to_string()) {
         // Lowering it needs CAP_SYS_RESOURCE; running without is allowed, just less protected.
@@ -263,6 +269,26 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         }
         None => EventRecorder::default(),
     };
+    if cfg.cgroups_per_qos {
+        use crate::cm::allocatable;
+        let capacity = allocatable::Capacity {
+            cpu_millis: machine_cpu_millis(),
+            memory_bytes: machine_memory_bytes(),
+            pids: allocatable::pid_max(),
+        };
+        let limits = allocatable::pods_limits(
+            capacity,
+            &cfg.enforce_node_allocatable,
+            [&cfg.system_reserved, &cfg.kube_reserved],
+        );
+        tasks.spawn(allocatable::enforce(
+            cgroups.clone(),
+            limits,
+            node_name.clone(),
+            recorder.clone(),
+            cancel.child_token(),
+        ));
+    }
     let runtime = Arc::new(
         RuntimeManager::new(
             cri.clone(),
@@ -279,9 +305,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
                     host: dns::load_host_resolv_conf(std::path::Path::new(&cfg.resolv_conf)),
                 },
                 machine_memory: machine_memory_bytes(),
-                machine_cpu_millis: std::thread::available_parallelism()
-                    .map(|n| n.get() as i64 * 1000)
-                    .unwrap_or(1000),
+                machine_cpu_millis: machine_cpu_millis(),
                 cgroup_options,
                 runtime_handler: String::new(),
             },

@@ -82,11 +82,13 @@ async fn node_joins_runs_a_deployment_and_rejects_what_does_not_fit() {
     let on_node = ListParams::default().fields(&format!("involvedObject.name={CLUSTER_NODE}"));
     wait_async(
         Duration::from_secs(30),
-        "Starting and NodeReady events",
+        "Starting, NodeReady and NodeAllocatableEnforced events",
         || async {
             let list = events.list(&on_node).await.ok()?;
             let reasons: Vec<_> = list.items.iter().filter_map(|e| e.reason.clone()).collect();
-            (reasons.iter().any(|r| r == "Starting") && reasons.iter().any(|r| r == "NodeReady"))
+            ["Starting", "NodeReady", "NodeAllocatableEnforced"]
+                .iter()
+                .all(|want| reasons.iter().any(|r| r == want))
                 .then_some(())
         },
     )

@@ -82,6 +82,44 @@ fn pod_runs_and_its_output_lands_in_its_log_file() {
         "no pod cgroup at {v1} or {v2}"
     );
 
+    // Node allocatable: nothing is reserved here, so the pods' cgroup may use the whole
+    // machine's memory and gets a cpu share for every core.
+    let mem_total: i64 = std::fs::read_to_string("/proc/meminfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i64>().ok())
+        .unwrap()
+        * 1024;
+    let cgroup_file = |v1: &str, v2: &str| {
+        std::fs::read_to_string(format!("/sys/fs/cgroup/{v1}"))
+            .or_else(|_| std::fs::read_to_string(format!("/sys/fs/cgroup/{v2}")))
+            .map(|t| t.trim().to_string())
+            .unwrap_or_else(|e| panic!("{v1} / {v2}: {e}"))
+    };
+    let root = &k.cgroup_root;
+    let limit: i64 = cgroup_file(
+        &format!("memory{root}/kubepods/memory.limit_in_bytes"),
+        &format!("{}/kubepods/memory.max", root.trim_start_matches('/')),
+    )
+    .parse()
+    .unwrap();
+    assert!(
+        (mem_total - limit).abs() < 4096,
+        "kubepods memory limit {limit}, MemTotal {mem_total}"
+    );
+    let cores = std::thread::available_parallelism().unwrap().get() as u64;
+    let shares = cgroup_file(
+        &format!("cpu{root}/kubepods/cpu.shares"),
+        &format!("{}/kubepods/cpu.weight", root.trim_start_matches('/')),
+    );
+    let expected_v1 = (cores * 1024).to_string();
+    let expected_v2 = (1 + ((cores * 1024 - 2) * 9999) / 262142).to_string();
+    assert!(
+        shares == expected_v1 || shares == expected_v2,
+        "kubepods cpu share {shares} for {cores} cores"
+    );
+
     let (code, body) = http_get(k.healthz_port, "/healthz?verbose").unwrap();
     assert_eq!(code, 200);
     assert!(body.contains("[+]syncloop ok"), "{body}");

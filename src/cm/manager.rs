@@ -192,6 +192,13 @@ impl CgroupManager {
         Ok(())
     }
 
+    /// Limits the cgroup every pod lives under (node allocatable enforcement).
+    pub fn apply_node_limits(&self, limits: &PodResources) -> Result<(), CgroupError> {
+        let comps = self.node_components();
+        self.ensure_path(&comps, true)?;
+        self.apply(&comps, limits)
+    }
+
     /// Creates (or updates) the pod's cgroup with its resource settings and returns the
     /// cgroup parent name for the runtime.
     pub fn create_pod_cgroup(&self, pod: &Pod) -> Result<String, CgroupError> {

@@ -1,6 +1,7 @@
 //! Container management: QoS classes, resource quantities and pod cgroups (cgroupfs driver,
 //! cgroup v1 and v2).
 
+pub mod allocatable;
 pub mod layout;
 pub mod manager;
 pub mod qos;
