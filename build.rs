@@ -1,4 +1,4 @@
-//! Generates the CRI (runtime.v1) gRPC bindings.
+//! Generates the gRPC bindings: the CRI (runtime.v1) and the kubelet's pod-resources (v1).
 //!
 //! The .proto is parsed by `protox` (pure Rust) so building never needs a
 //! system `protoc`.
@@ -22,6 +22,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // Registry credentials must never reach a log through `{:?}`;
         // src/cri/mod.rs supplies a redacting Debug instead.
         .skip_debug(["runtime.v1.AuthConfig"])
+        .compile_fds(fds)?;
+
+    let podresources = proto_root.join("podresources/v1/api.proto");
+    let fds = protox::compile([&podresources], [proto_root])?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
         .compile_fds(fds)?;
     Ok(())
 }

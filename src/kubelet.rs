@@ -25,7 +25,7 @@ use crate::status::StatusStore;
 use crate::status::apiserver::StatusSyncer;
 use crate::sync::admission::Allocatable;
 use crate::sync::{Admission, SyncLoop, SyncLoopHealth, SyncLoopInputs};
-use crate::{apiclient, certificate};
+use crate::{apiclient, certificate, podresources};
 
 #[derive(Debug, thiserror::Error)]
 pub enum KubeletError {
@@ -49,6 +49,8 @@ pub enum KubeletError {
     Server(#[from] server::ServerError),
     #[error(transparent)]
     ApiClient(#[from] apiclient::ApiClientError),
+    #[error(transparent)]
+    PodResources(#[from] podresources::PodResourcesError),
     #[error("invalid address {0:?}")]
     Address(String),
     #[error("{0} is not supported by this version of kubelet-rs")]
@@ -442,6 +444,13 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
             }
         });
     }
+    let pod_resources = podresources::bind(&flags.root_dir)?;
+    let (status, c) = (state.status.clone(), cancel.child_token());
+    tasks.spawn(async move {
+        if let Err(err) = podresources::serve(pod_resources, status, c).await {
+            warn!(%err, "pod resources server stopped");
+        }
+    });
     info!("Kubelet started");
 
     cancel.cancelled().await;

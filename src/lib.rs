@@ -16,6 +16,7 @@ pub mod events;
 pub mod kubelet;
 pub mod node;
 pub mod pleg;
+pub mod podresources;
 pub mod runtime;
 pub mod server;
 pub mod status;

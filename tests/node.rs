@@ -82,6 +82,31 @@ fn pod_runs_and_its_output_lands_in_its_log_file() {
         "no pod cgroup at {v1} or {v2}"
     );
 
+    // The pod-resources socket lists the pod and its container.
+    let socket = k.root_dir.join("pod-resources/kubelet.sock");
+    let listed = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        use kubelet_rs::podresources::api::{
+            ListPodResourcesRequest, pod_resources_lister_client::PodResourcesListerClient,
+        };
+        let channel =
+            kubelet_rs::cri::connect_channel(&socket.display().to_string(), Duration::from_secs(5))
+                .await
+                .expect("pod-resources socket");
+        PodResourcesListerClient::new(channel)
+            .list(ListPodResourcesRequest {})
+            .await
+            .expect("List")
+            .into_inner()
+    });
+    let entry = listed
+        .pod_resources
+        .iter()
+        .find(|p| p.name == pod["metadata"]["name"])
+        .unwrap_or_else(|| panic!("pod missing from pod-resources: {listed:?}"));
+    assert_eq!(entry.namespace, "default");
+    assert_eq!(entry.containers.len(), 1);
+    assert_eq!(entry.containers[0].name, "main");
+
     // Node allocatable: nothing is reserved here, so the pods' cgroup may use the whole
     // machine's memory and gets a cpu share for every core.
     let mem_total: i64 = std::fs::read_to_string("/proc/meminfo")

@@ -38,7 +38,7 @@ impl std::fmt::Debug for RuntimeClient {
 
 /// Opens a gRPC channel to a unix socket, waiting at most `timeout` for the
 /// connection (socket connect plus HTTP/2 handshake).
-async fn connect_channel(endpoint: &str, timeout: Duration) -> Result<Channel, CriError> {
+pub async fn connect_channel(endpoint: &str, timeout: Duration) -> Result<Channel, CriError> {
     let path: Arc<PathBuf> = Arc::new(parse_endpoint(endpoint)?);
     // The URI is a placeholder: the connector below ignores it and dials the
     // socket, but tonic needs a syntactically valid HTTP authority.

@@ -12,7 +12,7 @@ pub mod fake;
 #[cfg(test)]
 mod tests;
 
-pub use client::{MAX_MESSAGE_SIZE, RuntimeClient};
+pub use client::{MAX_MESSAGE_SIZE, RuntimeClient, connect_channel};
 pub use endpoint::parse_endpoint;
 pub use error::CriError;
 

@@ -1,0 +1,188 @@
+//! The pod-resources gRPC service (v1) on `<root-dir>/pod-resources/kubelet.sock`: which pods
+//! and containers run here and what devices, exclusive CPUs and memory they hold. This kubelet
+//! has no device plugins and only the `none` CPU and memory policies, so, as upstream with
+//! those settings, containers hold none and nothing is allocatable.
+
+#[allow(clippy::all, clippy::pedantic, missing_docs, unreachable_pub)]
+pub mod api {
+    tonic::include_proto!("v1");
+}
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio_stream::wrappers::UnixListenerStream;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+use tracing::info;
+
+use crate::events::TokenBucket;
+use crate::status::StatusStore;
+use api::pod_resources_lister_server::{PodResourcesLister, PodResourcesListerServer};
+
+/// Upstream's limits on the socket: 100 requests a second, bursts of 10.
+const QPS: f64 = 100.0;
+const BURST: f64 = 10.0;
+pub const SOCKET_DIR: &str = "pod-resources";
+pub const SOCKET_NAME: &str = "kubelet.sock";
+
+#[derive(Debug, thiserror::Error)]
+pub enum PodResourcesError {
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("serving pod resources: {0}")]
+    Serve(#[from] tonic::transport::Error),
+}
+
+pub fn socket_path(root_dir: &Path) -> PathBuf {
+    root_dir.join(SOCKET_DIR).join(SOCKET_NAME)
+}
+
+pub struct PodResourcesService {
+    status: Arc<StatusStore>,
+    limiter: Mutex<TokenBucket>,
+}
+
+impl PodResourcesService {
+    pub fn new(status: Arc<StatusStore>) -> Self {
+        PodResourcesService {
+            status,
+            limiter: Mutex::new(TokenBucket::new(QPS, BURST, Instant::now())),
+        }
+    }
+
+    fn admit(&self) -> Result<(), Status> {
+        let mut bucket = self.limiter.lock().unwrap_or_else(|e| e.into_inner());
+        bucket
+            .take(Instant::now())
+            .map_err(|_| Status::resource_exhausted("rejected by rate limit"))
+    }
+}
+
+fn is_active(pod: &Pod) -> bool {
+    !matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// A pod's entry: its containers plus init containers that keep running (sidecars).
+fn resources_of(pod: &Pod) -> api::PodResources {
+    let spec = pod.spec.as_ref();
+    let sidecars = spec
+        .and_then(|s| s.init_containers.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|c| c.restart_policy.as_deref() == Some("Always"));
+    let containers = spec.map(|s| s.containers.iter()).into_iter().flatten();
+    api::PodResources {
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+        containers: sidecars
+            .chain(containers)
+            .map(|c| api::ContainerResources {
+                name: c.name.clone(),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+#[tonic::async_trait]
+impl PodResourcesLister for PodResourcesService {
+    async fn list(
+        &self,
+        _: Request<api::ListPodResourcesRequest>,
+    ) -> Result<Response<api::ListPodResourcesResponse>, Status> {
+        self.admit()?;
+        let pod_resources = self
+            .status
+            .pods()
+            .iter()
+            .filter(|p| is_active(p))
+            .map(resources_of)
+            .collect();
+        Ok(Response::new(api::ListPodResourcesResponse {
+            pod_resources,
+        }))
+    }
+
+    async fn get_allocatable_resources(
+        &self,
+        _: Request<api::AllocatableResourcesRequest>,
+    ) -> Result<Response<api::AllocatableResourcesResponse>, Status> {
+        self.admit()?;
+        Ok(Response::new(api::AllocatableResourcesResponse::default()))
+    }
+
+    async fn get(
+        &self,
+        request: Request<api::GetPodResourcesRequest>,
+    ) -> Result<Response<api::GetPodResourcesResponse>, Status> {
+        self.admit()?;
+        let req = request.into_inner();
+        let pod = self.status.pods().into_iter().find(|p| {
+            p.metadata.namespace.as_deref() == Some(req.pod_namespace.as_str())
+                && p.metadata.name.as_deref() == Some(req.pod_name.as_str())
+        });
+        match pod {
+            Some(pod) => Ok(Response::new(api::GetPodResourcesResponse {
+                pod_resources: Some(resources_of(&pod)),
+            })),
+            // Upstream answers a plain error (gRPC code Unknown) with this text.
+            None => Err(Status::unknown(format!(
+                "pod {} in namespace {} not found",
+                req.pod_name, req.pod_namespace
+            ))),
+        }
+    }
+}
+
+/// Binds the socket (replacing a stale one from a previous run), so a failure is a start-up
+/// error, then serves until cancelled.
+pub fn bind(root_dir: &Path) -> Result<tokio::net::UnixListener, PodResourcesError> {
+    let path = socket_path(root_dir);
+    let io = |op, source| PodResourcesError::Io {
+        op,
+        path: path.clone(),
+        source,
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| io("create", e))?;
+    }
+    match std::fs::remove_file(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io("remove", e)),
+        _ => {}
+    }
+    tokio::net::UnixListener::bind(&path).map_err(|e| io("listen on", e))
+}
+
+pub async fn serve(
+    listener: tokio::net::UnixListener,
+    status: Arc<StatusStore>,
+    cancel: CancellationToken,
+) -> Result<(), PodResourcesError> {
+    if let Ok(addr) = listener.local_addr()
+        && let Some(path) = addr.as_pathname()
+    {
+        info!(socket = %path.display(), "Serving pod resources");
+    }
+    tonic::transport::Server::builder()
+        .add_service(PodResourcesListerServer::new(PodResourcesService::new(
+            status,
+        )))
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), cancel.cancelled())
+        .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
