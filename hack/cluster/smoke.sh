@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage: hack/cluster/smoke.sh [--upstream-kubelet] [--keep] [NAME]
+# Usage: hack/cluster/smoke.sh [--upstream-kubelet | --our-kubelet] [--bench N] [--keep] [NAME]
 #
 # Proves that the local control plane NAME (default "krs") does what kubelet tests need. Starts
 # it with up.sh when it does not run (and leaves it running). Checks, against the real apiserver:
@@ -13,6 +13,10 @@
 # bootstrap from the bootstrap kubeconfig, its own containerd (hack/testbed, instance
 # $KRS_SMOKE_INSTANCE), waits for the node to be Ready, the Deployment's pod to run, and for
 # `kubectl logs` and `kubectl exec` to work through the apiserver; then removes it all again.
+# --our-kubelet does the same with this project's kubelet (KRS_OUR_KUBELET, default the release
+# build under $CARGO_TARGET_DIR) and the very same flags. --bench N then times N rounds of
+# `kubectl exec -- true`, `kubectl logs` and a raw GET of the pod's log through the apiserver
+# and prints the median and 90th percentile in milliseconds (hack/bench-api runs both kubelets).
 # That part runs in a private mount namespace: /var/log/pods, /var/log/containers, /etc/hosts
 # (with "<node ip> <node>") and the sysctls the kubelet adjusts are private copies.
 # --keep leaves the Deployment, Node and CSRs in the cluster (the kubelet is stopped regardless).
@@ -32,6 +36,8 @@ NODE="${KRS_SMOKE_NODE:-test-node}"
 INSTANCE="${KRS_SMOKE_INSTANCE:-clsmoke}"
 TIMEOUT_S="${KRS_SMOKE_TIMEOUT:-180}"
 KUBELET_BIN="$KRS_CL_BIN_DIR/kubelet"
+KUBELET_KIND=upstream
+BENCH_ROUNDS=0
 KUBELET_PORT=10450
 KUBELET_HEALTHZ_PORT=10448
 DEPLOYMENT=smoke-busybox
@@ -59,7 +65,7 @@ poll() {
 	done
 }
 
-usage() { echo "usage: $0 [--upstream-kubelet] [--keep] [NAME]" >&2; }
+usage() { echo "usage: $0 [--upstream-kubelet | --our-kubelet] [--bench N] [--keep] [NAME]" >&2; }
 
 # --- API checks ----------------------------------------------------------------------------------
 
@@ -193,7 +199,7 @@ check_node_kubeconfig() {
 	rm -rf "$work"
 }
 
-# --- upstream kubelet (runs inside the private mount namespace) ---------------------------------
+# --- a node kubelet (runs inside the private mount namespace) ------------------------------------
 
 KUBELET_PID=""
 CONTAINERD_UP=0
@@ -276,8 +282,51 @@ logs_say_hello() {
 	k logs "deployment/$DEPLOYMENT" | grep -q '^smoke-hello-from-'
 }
 
-run_upstream_kubelet() {
-	[[ -x "$KUBELET_BIN" ]] || "$KRS_CL_REPO_ROOT/hack/upstream/build.sh" cmd/kubelet >&2
+# stats NAME MS...: prints the median and 90th percentile of the samples.
+stats() {
+	local name="$1"
+	shift
+	printf '%s\n' "$@" | sort -n | awk -v name="$name" -v kind="$KUBELET_KIND" '
+		{ v[NR] = $1 }
+		END {
+			p50 = v[int((NR + 1) / 2)]; p90 = v[int(NR * 0.9 + 0.999)]
+			printf "[bench] %-9s %-28s n=%d median=%dms p90=%dms\n", kind, name, NR, p50, p90
+		}'
+}
+
+# time_ms CMD...: runs CMD (output discarded) and prints how long it took in milliseconds.
+time_ms() {
+	local t0 t1
+	t0=$(date +%s%N)
+	"$@" >/dev/null 2>&1 || printf '[bench] failed: %s\n' "$*" >&2
+	t1=$(date +%s%N)
+	echo $(((t1 - t0) / 1000000))
+}
+
+bench_api() {
+	local pod i exec=() logs=() raw=() url
+	cl_load_ports
+	pod="$(k get pods -l "app=$DEPLOYMENT" -o 'jsonpath={.items[0].metadata.name}')"
+	url="$CL_APISERVER_URL/api/v1/namespaces/default/pods/$pod/log"
+	# Warm-up: the first exec pays for connections and caches on both sides.
+	time_ms k exec "$pod" -- true >/dev/null
+	for ((i = 0; i < BENCH_ROUNDS; i++)); do
+		exec+=("$(time_ms k exec "$pod" -- true)")
+		logs+=("$(time_ms k logs "$pod")")
+		raw+=("$(time_ms curl -sf --cacert "$CL_PKI/ca.crt" --cert "$CL_PKI/admin.crt" \
+			--key "$CL_PKI/admin.key" "$url")")
+	done
+	stats "kubectl exec -- true" "${exec[@]}"
+	stats "kubectl logs" "${logs[@]}"
+	stats "GET pods/log (curl)" "${raw[@]}"
+}
+
+run_node_kubelet() {
+	if [[ $KUBELET_KIND == upstream ]]; then
+		[[ -x "$KUBELET_BIN" ]] || "$KRS_CL_REPO_ROOT/hack/upstream/build.sh" cmd/kubelet >&2
+	else
+		[[ -x "$KUBELET_BIN" ]] || cl_die "no kubelet at $KUBELET_BIN (cargo build --release, or set KRS_OUR_KUBELET)"
+	fi
 	NODE_IP="$(cl_node_ip)"
 	KDIR="$CL_STATE/smoke/$NODE"
 	local root="$KDIR/root" cgroup="kubelet-rs-smoke-$INSTANCE"
@@ -323,15 +372,15 @@ run_upstream_kubelet() {
 		--fail-swap-on=false
 		--v=2
 	)
-	printf '[smoke] starting the upstream kubelet as %s (log %s/kubelet.log)\n' "$NODE" "$KDIR" >&2
+	printf '[smoke] starting the %s kubelet as %s (log %s/kubelet.log)\n' "$KUBELET_KIND" "$NODE" "$KDIR" >&2
 	"$KUBELET_BIN" "${flags[@]}" >"$KDIR/kubelet.log" 2>&1 &
 	KUBELET_PID=$!
 
 	if poll "$TIMEOUT_S" test -s "$root/pki/kubelet-client-current.pem"; then
-		pass "upstream kubelet got its client certificate by TLS bootstrap: $(openssl x509 -noout -subject \
+		pass "$KUBELET_KIND kubelet got its client certificate by TLS bootstrap: $(openssl x509 -noout -subject \
 			-nameopt compat -in "$root/pki/kubelet-client-current.pem")"
 	else
-		fail "upstream kubelet did not finish TLS bootstrap"
+		fail "$KUBELET_KIND kubelet did not finish TLS bootstrap"
 	fi
 	if poll "$TIMEOUT_S" node_ready; then
 		pass "node $NODE Ready ($(k get node "$NODE" -o 'jsonpath={.status.nodeInfo.kubeletVersion}'), \
@@ -360,6 +409,7 @@ addresses $(k get node "$NODE" -o 'jsonpath={.status.addresses[*].address}'))"
 	else
 		fail "kubectl exec: $out"
 	fi
+	((BENCH_ROUNDS == 0)) || bench_api
 }
 
 # --- main --------------------------------------------------------------------------------------
@@ -370,6 +420,15 @@ main() {
 	while [[ $# -gt 0 ]]; do
 		case "$1" in
 		--upstream-kubelet) upstream=1 ;;
+		--our-kubelet)
+			upstream=1
+			KUBELET_KIND=ours
+			KUBELET_BIN="${KRS_OUR_KUBELET:-${CARGO_TARGET_DIR:-/var/cache/kubelet-rs/target}/release/kubelet}"
+			;;
+		--bench)
+			BENCH_ROUNDS="$2"
+			shift
+			;;
 		--keep) KEEP=1 ;;
 		-h | --help)
 			usage
@@ -395,7 +454,8 @@ main() {
 		check_node_kubeconfig
 		if ((upstream)); then
 			# The kubelet part needs private mounts; its exit status carries the verdict.
-			local rc=0 inner=(--upstream-kubelet)
+			local rc=0 inner=(--upstream-kubelet --bench "$BENCH_ROUNDS")
+			[[ $KUBELET_KIND != ours ]] || inner=(--our-kubelet --bench "$BENCH_ROUNDS")
 			[[ $KEEP != 1 ]] || inner+=(--keep)
 			KRS_SMOKE_IN_NS=1 unshare --mount --propagation private \
 				bash "$SELF" "${inner[@]}" "$CL_NAME" || rc=$?
@@ -406,7 +466,7 @@ main() {
 	else
 		# shellcheck source=hack/testbed/lib.sh
 		source "$KRS_CL_REPO_ROOT/hack/testbed/lib.sh"
-		run_upstream_kubelet
+		run_node_kubelet
 	fi
 	local what="all checks"
 	[[ "${KRS_SMOKE_IN_NS:-}" != 1 ]] || what="kubelet checks"
