@@ -1,6 +1,7 @@
 //! The kubelet's HTTP servers: healthz on localhost and the unauthenticated read-only API.
 
 mod healthz;
+mod logs;
 pub mod lookup;
 mod pods;
 
@@ -49,6 +50,27 @@ pub struct ServerState {
     pub api: Option<kube::Client>,
 }
 
+impl ServerState {
+    /// A state for handler tests: no pods, default settings, no API server.
+    #[cfg(test)]
+    pub fn for_tests(cri: RuntimeClient) -> Self {
+        ServerState {
+            status: Arc::new(StatusStore::default()),
+            sync_health: Arc::new(SyncLoopHealth::default()),
+            pleg_health: Arc::new(PlegHealth::default()),
+            sync_loop_deadline: Duration::from_secs(300),
+            cri,
+            settings: Arc::new(Settings {
+                flags: crate::cli::KubeletFlags::default(),
+                config: crate::cli::KubeletConfiguration::defaulted(),
+                warnings: Vec::new(),
+            }),
+            node_name: "test-node".to_string(),
+            api: None,
+        }
+    }
+}
+
 fn healthz_routes() -> Router<ServerState> {
     Router::new()
         .route("/healthz", get(healthz::all))
@@ -66,7 +88,7 @@ fn default_routes() -> Router<ServerState> {
 /// exec/attach/port-forward, configz, running pods.
 #[allow(dead_code)]
 fn debugging_routes() -> Router<ServerState> {
-    Router::new()
+    Router::new().merge(logs::routes())
 }
 
 pub fn healthz_router(state: ServerState) -> Router {

@@ -1,0 +1,281 @@
+//! GET /containerLogs/{namespace}/{pod}/{container}: one container's log, checked and chosen
+//! the way upstream's kubelet does (same order of checks, same status codes and messages).
+
+use std::path::PathBuf;
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+
+use super::{LogsError, options, reader};
+use crate::cri::api::ContainerState;
+use crate::server::ServerState;
+use crate::server::lookup::{self, LookupError};
+
+pub async fn get(
+    State(state): State<ServerState>,
+    Path((namespace, pod, container)): Path<(String, String, String)>,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Response {
+    match serve(&state, &namespace, &pod, &container, &query).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn serve(
+    state: &ServerState,
+    namespace: &str,
+    pod_name: &str,
+    container: &str,
+    query: &[(String, String)],
+) -> Result<Response, LogsError> {
+    let opts = options::decode(query)?;
+    options::validate(&opts)?;
+    let pod = lookup::find_pod(state, namespace, pod_name, None)
+        .map_err(|_| LogsError::PodNotFound(pod_name.to_string()))?;
+    if let Err(LookupError::ContainerNotFound { .. }) = lookup::container_id(&pod, container, false)
+    {
+        return Err(LogsError::ContainerNotFound {
+            pod: pod_name.to_string(),
+            container: container.to_string(),
+        });
+    }
+    options::check_stream(&opts)?;
+    let full_id = log_container_id(&pod, container, opts.previous)?;
+    let id = lookup::strip_runtime(&full_id).to_string();
+
+    // From here on upstream has already answered 200, so problems are told in the body.
+    let status = match state.cri.container_status(&id).await {
+        Ok(s) => s,
+        Err(err) => {
+            tracing::debug!(%err, container_id = %full_id, "Failed to get container status for logs");
+            return Ok(text(Body::from(format!(
+                "unable to retrieve container logs for {full_id}"
+            ))));
+        }
+    };
+    let cri = state.cri.clone();
+    let running = move || {
+        let cri = cri.clone();
+        let id = id.clone();
+        async move {
+            match cri.container_status(&id).await {
+                Ok(s) => s.state == ContainerState::ContainerRunning as i32,
+                Err(err) => {
+                    tracing::warn!(%err, container_id = %id, "Cannot tell whether a followed container runs");
+                    false
+                }
+            }
+        }
+    };
+    let stream = reader::log_stream(
+        PathBuf::from(status.log_path),
+        opts.read_options(Timestamp::now()),
+        running,
+    );
+    Ok(text(Body::from_stream(stream)))
+}
+
+fn text(body: Body) -> Response {
+    ([(header::CONTENT_TYPE, "text/plain")], body).into_response()
+}
+
+/// Which instance's log to read, by the container's status, as upstream decides it: the last
+/// terminated one with `previous`; otherwise the running one, else the one that ended, else
+/// the one before; a container waiting for its first start has no log yet.
+fn log_container_id(pod: &Pod, name: &str, previous: bool) -> Result<String, LogsError> {
+    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    let fail = |what: &str| {
+        LogsError::ContainerState(format!("container {name:?} in pod {pod_name:?} {what}"))
+    };
+    let status = find_status(pod, name).ok_or_else(|| fail("is not available"))?;
+    let state = status.state.as_ref();
+    let last_id = status
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .map(|t| t.container_id.clone().unwrap_or_default());
+    let last_usable = last_id.clone().filter(|id| !id.is_empty());
+    if previous {
+        return last_usable.ok_or_else(|| {
+            LogsError::ContainerState(format!(
+                "previous terminated container {name:?} in pod {pod_name:?} not found"
+            ))
+        });
+    }
+    if state.is_some_and(|s| s.running.is_some()) {
+        return Ok(status.container_id.clone().unwrap_or_default());
+    }
+    if let Some(t) = state.and_then(|s| s.terminated.as_ref()) {
+        // When the next instance failed to start, the ended one has no ID: show the one before.
+        return match t.container_id.clone().filter(|id| !id.is_empty()) {
+            Some(id) => Ok(id),
+            None => last_usable.ok_or_else(|| fail("is terminated")),
+        };
+    }
+    if last_id.is_some() {
+        return last_usable.ok_or_else(|| fail("is terminated"));
+    }
+    if let Some(w) = state.and_then(|s| s.waiting.as_ref()) {
+        let why = match w.reason.as_deref().unwrap_or_default() {
+            "ErrImagePull" => "image can't be pulled".to_string(),
+            "ImagePullBackOff" => "trying and failing to pull image".to_string(),
+            other => other.to_string(),
+        };
+        return Err(fail(&format!("is waiting to start: {why}")));
+    }
+    Err(fail("is waiting to start - no logs yet"))
+}
+
+fn find_status<'a>(pod: &'a Pod, name: &str) -> Option<&'a ContainerStatus> {
+    let s = pod.status.as_ref()?;
+    [
+        &s.container_statuses,
+        &s.init_container_statuses,
+        &s.ephemeral_container_statuses,
+    ]
+    .into_iter()
+    .flatten()
+    .flatten()
+    .find(|c| c.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated,
+        ContainerStateWaiting, PodStatus,
+    };
+
+    fn pod_with(status: ContainerStatus) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.name = Some("web".into());
+        p.status = Some(PodStatus {
+            container_statuses: Some(vec![status]),
+            ..Default::default()
+        });
+        p
+    }
+
+    fn terminated(id: &str) -> Option<ApiState> {
+        Some(ApiState {
+            terminated: Some(ContainerStateTerminated {
+                container_id: Some(id.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    }
+
+    fn waiting(reason: &str) -> Option<ApiState> {
+        Some(ApiState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some(reason.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    }
+
+    fn status(
+        state: Option<ApiState>,
+        last: Option<ApiState>,
+        id: Option<&str>,
+    ) -> ContainerStatus {
+        ContainerStatus {
+            name: "app".into(),
+            state,
+            last_state: last,
+            container_id: id.map(String::from),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn running_terminated_and_previous() {
+        let running = Some(ApiState {
+            running: Some(ContainerStateRunning::default()),
+            ..Default::default()
+        });
+        let p = pod_with(status(
+            running,
+            terminated("containerd://old"),
+            Some("containerd://cur"),
+        ));
+        assert_eq!(
+            log_container_id(&p, "app", false).unwrap(),
+            "containerd://cur"
+        );
+        assert_eq!(
+            log_container_id(&p, "app", true).unwrap(),
+            "containerd://old"
+        );
+
+        let p = pod_with(status(terminated("containerd://done"), None, None));
+        assert_eq!(
+            log_container_id(&p, "app", false).unwrap(),
+            "containerd://done"
+        );
+        // The ended instance has no ID: the one before it is shown.
+        let p = pod_with(status(
+            terminated(""),
+            terminated("containerd://before"),
+            None,
+        ));
+        assert_eq!(
+            log_container_id(&p, "app", false).unwrap(),
+            "containerd://before"
+        );
+    }
+
+    #[test]
+    fn crash_looping_container_shows_its_last_run() {
+        let p = pod_with(status(
+            waiting("CrashLoopBackOff"),
+            terminated("containerd://x"),
+            None,
+        ));
+        assert_eq!(
+            log_container_id(&p, "app", false).unwrap(),
+            "containerd://x"
+        );
+    }
+
+    #[test]
+    fn messages_like_upstream() {
+        let p = pod_with(status(waiting("ContainerCreating"), None, None));
+        assert_eq!(
+            log_container_id(&p, "app", false).unwrap_err().to_string(),
+            "container \"app\" in pod \"web\" is waiting to start: ContainerCreating"
+        );
+        let p = pod_with(status(waiting("ErrImagePull"), None, None));
+        assert!(
+            log_container_id(&p, "app", false)
+                .unwrap_err()
+                .to_string()
+                .ends_with("image can't be pulled")
+        );
+        assert_eq!(
+            log_container_id(&p, "app", true).unwrap_err().to_string(),
+            "previous terminated container \"app\" in pod \"web\" not found"
+        );
+        assert_eq!(
+            log_container_id(&p, "other", false)
+                .unwrap_err()
+                .to_string(),
+            "container \"other\" in pod \"web\" is not available"
+        );
+        let p = pod_with(status(None, None, None));
+        assert!(
+            log_container_id(&p, "app", false)
+                .unwrap_err()
+                .to_string()
+                .ends_with("is waiting to start - no logs yet")
+        );
+    }
+}
