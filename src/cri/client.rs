@@ -431,9 +431,11 @@ impl RuntimeClient {
             pod_sandbox_id: id.to_string(),
             verbose: true,
         };
-        Ok(call("PodSandboxStatus", self.timeout, c.pod_sandbox_status(req))
-            .await?
-            .info)
+        Ok(
+            call("PodSandboxStatus", self.timeout, c.pod_sandbox_status(req))
+                .await?
+                .info,
+        )
     }
 
     pub async fn list_images(&self) -> Result<Vec<api::Image>, CriError> {

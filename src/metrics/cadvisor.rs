@@ -42,16 +42,52 @@ struct Out {
 }
 
 const FAMILIES: &[(&str, &str, Kind)] = &[
-    ("container_cpu_usage_seconds_total", "Cumulative cpu time consumed in seconds.", Kind::Counter),
-    ("container_memory_usage_bytes", "Current memory usage in bytes, including all memory regardless of when it was accessed", Kind::Gauge),
-    ("container_memory_working_set_bytes", "Current working set in bytes.", Kind::Gauge),
+    (
+        "container_cpu_usage_seconds_total",
+        "Cumulative cpu time consumed in seconds.",
+        Kind::Counter,
+    ),
+    (
+        "container_memory_usage_bytes",
+        "Current memory usage in bytes, including all memory regardless of when it was accessed",
+        Kind::Gauge,
+    ),
+    (
+        "container_memory_working_set_bytes",
+        "Current working set in bytes.",
+        Kind::Gauge,
+    ),
     ("container_memory_rss", "Size of RSS in bytes.", Kind::Gauge),
-    ("container_network_receive_bytes_total", "Cumulative count of bytes received", Kind::Counter),
-    ("container_network_receive_errors_total", "Cumulative count of errors encountered while receiving", Kind::Counter),
-    ("container_network_transmit_bytes_total", "Cumulative count of bytes transmitted", Kind::Counter),
-    ("container_network_transmit_errors_total", "Cumulative count of errors encountered while transmitting", Kind::Counter),
-    ("container_fs_usage_bytes", "Number of bytes that are consumed by the container on this filesystem.", Kind::Gauge),
-    ("container_start_time_seconds", "Start time of the container since unix epoch in seconds.", Kind::Gauge),
+    (
+        "container_network_receive_bytes_total",
+        "Cumulative count of bytes received",
+        Kind::Counter,
+    ),
+    (
+        "container_network_receive_errors_total",
+        "Cumulative count of errors encountered while receiving",
+        Kind::Counter,
+    ),
+    (
+        "container_network_transmit_bytes_total",
+        "Cumulative count of bytes transmitted",
+        Kind::Counter,
+    ),
+    (
+        "container_network_transmit_errors_total",
+        "Cumulative count of errors encountered while transmitting",
+        Kind::Counter,
+    ),
+    (
+        "container_fs_usage_bytes",
+        "Number of bytes that are consumed by the container on this filesystem.",
+        Kind::Gauge,
+    ),
+    (
+        "container_start_time_seconds",
+        "Start time of the container since unix epoch in seconds.",
+        Kind::Gauge,
+    ),
 ];
 
 impl Out {
@@ -71,7 +107,13 @@ impl Out {
         Out { families }
     }
 
-    fn push(&mut self, family: &'static str, labels: Vec<(String, String)>, v: Option<f64>, t: &Time) {
+    fn push(
+        &mut self,
+        family: &'static str,
+        labels: Vec<(String, String)>,
+        v: Option<f64>,
+        t: &Time,
+    ) {
         if let (Some(v), Some(f)) = (v, self.families.get_mut(family)) {
             f.samples.push(Sample::new(labels, v).at(t.unix_millis()));
         }
@@ -86,8 +128,18 @@ impl Out {
         }
         if let Some(m) = mem {
             let f = |v: Option<u64>| v.map(|v| v as f64);
-            self.push("container_memory_usage_bytes", who.pairs(), f(m.usage_bytes), &m.time);
-            self.push("container_memory_working_set_bytes", who.pairs(), f(m.working_set_bytes), &m.time);
+            self.push(
+                "container_memory_usage_bytes",
+                who.pairs(),
+                f(m.usage_bytes),
+                &m.time,
+            );
+            self.push(
+                "container_memory_working_set_bytes",
+                who.pairs(),
+                f(m.working_set_bytes),
+                &m.time,
+            );
             self.push("container_memory_rss", who.pairs(), f(m.rss_bytes), &m.time);
         }
     }
@@ -97,10 +149,30 @@ impl Out {
             let mut l = who.pairs();
             l.push(("interface".into(), i.name.clone()));
             let f = |v: Option<u64>| v.map(|v| v as f64);
-            self.push("container_network_receive_bytes_total", l.clone(), f(i.rx_bytes), &net.time);
-            self.push("container_network_receive_errors_total", l.clone(), f(i.rx_errors), &net.time);
-            self.push("container_network_transmit_bytes_total", l.clone(), f(i.tx_bytes), &net.time);
-            self.push("container_network_transmit_errors_total", l, f(i.tx_errors), &net.time);
+            self.push(
+                "container_network_receive_bytes_total",
+                l.clone(),
+                f(i.rx_bytes),
+                &net.time,
+            );
+            self.push(
+                "container_network_receive_errors_total",
+                l.clone(),
+                f(i.rx_errors),
+                &net.time,
+            );
+            self.push(
+                "container_network_transmit_bytes_total",
+                l.clone(),
+                f(i.tx_bytes),
+                &net.time,
+            );
+            self.push(
+                "container_network_transmit_errors_total",
+                l,
+                f(i.tx_errors),
+                &net.time,
+            );
         }
     }
 }
@@ -139,16 +211,32 @@ pub fn render(c: &Collected) -> String {
             out.network(&pod_who, net);
         }
         for cs in &pod.containers {
-            let d = c.containers.iter().find(|d| d.pod_uid == *uid && d.name == cs.name);
+            let d = c
+                .containers
+                .iter()
+                .find(|d| d.pod_uid == *uid && d.name == cs.name);
             let who = container_who(d, &cs.name, &pod_who);
             out.cpu_memory(&who, &cs.cpu, &cs.memory);
             if let Some(s) = cs.start_time.unix_seconds() {
-                out.push("container_start_time_seconds", who.pairs(), Some(s), &Time::default());
+                out.push(
+                    "container_start_time_seconds",
+                    who.pairs(),
+                    Some(s),
+                    &Time::default(),
+                );
             }
             if let Some(r) = &cs.rootfs {
                 let mut l = who.pairs();
-                l.push(("device".into(), d.and_then(|d| d.rootfs_mount.clone()).unwrap_or_default()));
-                out.push("container_fs_usage_bytes", l, r.used_bytes.map(|v| v as f64), &r.time);
+                l.push((
+                    "device".into(),
+                    d.and_then(|d| d.rootfs_mount.clone()).unwrap_or_default(),
+                ));
+                out.push(
+                    "container_fs_usage_bytes",
+                    l,
+                    r.used_bytes.map(|v| v as f64),
+                    &r.time,
+                );
             }
         }
     }
@@ -243,6 +331,8 @@ mod tests {
             assert!(text.lines().any(|l| l == line), "missing {line}\nin:\n{text}");
         }
         // The pod has no CPU reading, so no pod-level CPU series.
-        assert!(!text.contains("container_cpu_usage_seconds_total{container=\"\",cpu=\"total\",id=\"/kubepods/podu1\""));
+        assert!(!text.contains(
+            "container_cpu_usage_seconds_total{container=\"\",cpu=\"total\",id=\"/kubepods/podu1\""
+        ));
     }
 }

@@ -10,11 +10,7 @@ pub const POD_START_BUCKETS: &[f64] = &[
     300.0, 360.0, 480.0, 600.0, 900.0, 1200.0, 1800.0, 2700.0, 3600.0,
 ];
 
-const fn alpha(
-    name: &'static str,
-    help: &'static str,
-    labels: &'static [&'static str],
-) -> Opts {
+const fn alpha(name: &'static str, help: &'static str, labels: &'static [&'static str]) -> Opts {
     Opts {
         name,
         help,

@@ -89,7 +89,11 @@ fn container_state(state: i32) -> &'static str {
 
 /// After a PLEG relist that started at `started`: relist duration and interval, the last-seen
 /// time, and the running pod and container gauges from what the relist saw.
-pub fn record_relist(started: Instant, sandboxes: &[api::PodSandbox], containers: &[api::Container]) {
+pub fn record_relist(
+    started: Instant,
+    sandboxes: &[api::PodSandbox],
+    containers: &[api::Container],
+) {
     static LAST_START: Mutex<Option<Instant>> = Mutex::new(None);
     let m = kubelet();
     let previous = LAST_START

@@ -41,7 +41,9 @@ pub fn families() -> Vec<Family> {
         .map(|s| (s.utime_ticks + s.stime_ticks) as f64 / hz);
     let start = match (&stat, boot) {
         (Some(s), Some(b)) => {
-            let t = UNIX_EPOCH + Duration::from_secs(b) + Duration::from_secs_f64(s.start_ticks as f64 / hz);
+            let t = UNIX_EPOCH
+                + Duration::from_secs(b)
+                + Duration::from_secs_f64(s.start_ticks as f64 / hz);
             t.duration_since(UNIX_EPOCH).ok().map(|d| d.as_secs_f64())
         }
         _ => None,
@@ -99,7 +101,11 @@ mod tests {
     #[test]
     fn this_process_has_its_basics() {
         let fams = families();
-        let get = |n: &str| fams.iter().find(|f| f.name == n).map(|f| f.samples[0].value);
+        let get = |n: &str| {
+            fams.iter()
+                .find(|f| f.name == n)
+                .map(|f| f.samples[0].value)
+        };
         assert!(get("process_resident_memory_bytes").unwrap() > 0.0);
         assert!(get("process_cpu_seconds_total").is_some());
         let start = get("process_start_time_seconds").unwrap();

@@ -8,7 +8,9 @@ use std::sync::Mutex;
 use super::text::{Family, Kind, Sample};
 
 /// Upstream's default histogram buckets (prometheus.DefBuckets).
-pub const DEF_BUCKETS: &[f64] = &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+pub const DEF_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
 
 /// `count` buckets from `start`, each `factor` times the last (prometheus.ExponentialBuckets).
 pub fn exponential_buckets(start: f64, factor: f64, count: usize) -> Vec<f64> {
@@ -178,7 +180,10 @@ impl Histogram {
             let pairs = self.opts.pairs(key);
             let mut cumulative = 0;
             let bounds = self.bounds.iter().map(|ub| super::text::fmt_value(*ub));
-            for (le, n) in bounds.chain(["+Inf".to_string()]).zip(b.counts.iter().chain([&0])) {
+            for (le, n) in bounds
+                .chain(["+Inf".to_string()])
+                .zip(b.counts.iter().chain([&0]))
+            {
                 cumulative += n;
                 let value = if le == "+Inf" { b.count } else { cumulative };
                 let mut labels = pairs.clone();
@@ -244,7 +249,10 @@ mod tests {
             stability: "",
             labels: &[],
         });
-        assert_eq!(encode(vec![g.family()]), "# HELP t_g G.\n# TYPE t_g gauge\nt_g 0\n");
+        assert_eq!(
+            encode(vec![g.family()]),
+            "# HELP t_g G.\n# TYPE t_g gauge\nt_g 0\n"
+        );
         // An empty labelled family is not exposed at all.
         assert_eq!(encode(vec![Scalar::gauge(OPTS).family()]), "");
     }

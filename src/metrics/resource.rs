@@ -43,18 +43,58 @@ struct Families {
 impl Families {
     fn new() -> Self {
         Families {
-            node_cpu: family("node_cpu_usage_seconds_total", "STABLE", "Cumulative cpu time consumed by the node in core-seconds", Kind::Counter),
-            node_mem: family("node_memory_working_set_bytes", "STABLE", "Current working set of the node in bytes", Kind::Gauge),
-            start: family("container_start_time_seconds", "STABLE", "Start time of the container since unix epoch in seconds", Kind::Gauge),
-            c_cpu: family("container_cpu_usage_seconds_total", "STABLE", "Cumulative cpu time consumed by the container in core-seconds", Kind::Counter),
-            c_mem: family("container_memory_working_set_bytes", "STABLE", "Current working set of the container in bytes", Kind::Gauge),
-            p_cpu: family("pod_cpu_usage_seconds_total", "STABLE", "Cumulative cpu time consumed by the pod in core-seconds", Kind::Counter),
-            p_mem: family("pod_memory_working_set_bytes", "STABLE", "Current working set of the pod in bytes", Kind::Gauge),
+            node_cpu: family(
+                "node_cpu_usage_seconds_total",
+                "STABLE",
+                "Cumulative cpu time consumed by the node in core-seconds",
+                Kind::Counter,
+            ),
+            node_mem: family(
+                "node_memory_working_set_bytes",
+                "STABLE",
+                "Current working set of the node in bytes",
+                Kind::Gauge,
+            ),
+            start: family(
+                "container_start_time_seconds",
+                "STABLE",
+                "Start time of the container since unix epoch in seconds",
+                Kind::Gauge,
+            ),
+            c_cpu: family(
+                "container_cpu_usage_seconds_total",
+                "STABLE",
+                "Cumulative cpu time consumed by the container in core-seconds",
+                Kind::Counter,
+            ),
+            c_mem: family(
+                "container_memory_working_set_bytes",
+                "STABLE",
+                "Current working set of the container in bytes",
+                Kind::Gauge,
+            ),
+            p_cpu: family(
+                "pod_cpu_usage_seconds_total",
+                "STABLE",
+                "Cumulative cpu time consumed by the pod in core-seconds",
+                Kind::Counter,
+            ),
+            p_mem: family(
+                "pod_memory_working_set_bytes",
+                "STABLE",
+                "Current working set of the pod in bytes",
+                Kind::Gauge,
+            ),
         }
     }
 
     fn container(&mut self, pod: &PodStats, c: &ContainerStats) {
-        let l = || labels(CONTAINER, [&c.name, &pod.pod_ref.name, &pod.pod_ref.namespace]);
+        let l = || {
+            labels(
+                CONTAINER,
+                [&c.name, &pod.pod_ref.name, &pod.pod_ref.namespace],
+            )
+        };
         if let Some(s) = c.start_time.unix_seconds().filter(|s| *s > 0.0) {
             self.start.samples.push(Sample::new(l(), s));
         }
@@ -69,14 +109,27 @@ impl Families {
     }
 
     fn into_vec(self) -> Vec<Family> {
-        vec![self.node_cpu, self.node_mem, self.start, self.c_cpu, self.c_mem, self.p_cpu, self.p_mem]
+        vec![
+            self.node_cpu,
+            self.node_mem,
+            self.start,
+            self.c_cpu,
+            self.c_mem,
+            self.p_cpu,
+            self.p_mem,
+        ]
     }
 }
 
 fn scrape_error(failed: bool) -> Vec<Family> {
     let v = if failed { 1.0 } else { 0.0 };
     let help = "1 if there was an error while getting container metrics, 0 otherwise";
-    let mut old = family("scrape_error", "ALPHA", &format!("(Deprecated since 1.29.0) {help}"), Kind::Gauge);
+    let mut old = family(
+        "scrape_error",
+        "ALPHA",
+        &format!("(Deprecated since 1.29.0) {help}"),
+        Kind::Gauge,
+    );
     old.samples.push(Sample::new(vec![], v));
     let mut new = family("resource_scrape_error", "STABLE", help, Kind::Gauge);
     new.samples.push(Sample::new(vec![], v));
@@ -90,7 +143,9 @@ pub fn render(summary: Option<&Summary>) -> String {
     };
     let mut f = Families::new();
     f.node_cpu.samples.extend(cpu_sample(&s.node.cpu, vec![]));
-    f.node_mem.samples.extend(memory_sample(&s.node.memory, vec![]));
+    f.node_mem
+        .samples
+        .extend(memory_sample(&s.node.memory, vec![]));
     for pod in &s.pods {
         for c in &pod.containers {
             f.container(pod, c);
@@ -170,7 +225,10 @@ mod tests {
             "scrape_error 0",
             "resource_scrape_error 0",
         ] {
-            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
         }
         let failed = render(None);
         assert!(failed.contains("\nscrape_error 1\n"), "{failed}");

@@ -43,10 +43,22 @@ fn runtime_operations_are_counted_with_errors_and_durations() {
     record_runtime_operation("MetricsTestOp", Duration::from_millis(30), true);
     let text = render();
     let sel = "{operation_type=\"metrics_test_op\"}";
-    assert_eq!(line_value(&text, &format!("kubelet_runtime_operations_total{sel}")), Some(2.0));
-    assert_eq!(line_value(&text, &format!("kubelet_runtime_operations_errors_total{sel}")), Some(1.0));
     assert_eq!(
-        line_value(&text, "kubelet_runtime_operations_duration_seconds_count{operation_type=\"metrics_test_op\"}"),
+        line_value(&text, &format!("kubelet_runtime_operations_total{sel}")),
+        Some(2.0)
+    );
+    assert_eq!(
+        line_value(
+            &text,
+            &format!("kubelet_runtime_operations_errors_total{sel}")
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        line_value(
+            &text,
+            "kubelet_runtime_operations_duration_seconds_count{operation_type=\"metrics_test_op\"}"
+        ),
         Some(2.0)
     );
     assert!(text.contains(
@@ -129,7 +141,12 @@ fn relist_sets_running_gauges_and_timing() {
     assert_eq!(pods, 1);
     assert_eq!(
         states,
-        [("created", 0), ("running", 2), ("exited", 1), ("unknown", 0)]
+        [
+            ("created", 0),
+            ("running", 2),
+            ("exited", 1),
+            ("unknown", 0)
+        ]
     );
     assert!(m.pleg_last_seen.get(&[]).unwrap_or(0.0) > 1.0e9);
 }

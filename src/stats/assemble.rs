@@ -84,7 +84,12 @@ pub struct Rates<'a> {
 }
 
 impl Rates<'_> {
-    fn nano_cores(&mut self, key: String, at: Option<SystemTime>, usage: Option<u64>) -> Option<u64> {
+    fn nano_cores(
+        &mut self,
+        key: String,
+        at: Option<SystemTime>,
+        usage: Option<u64>,
+    ) -> Option<u64> {
         let sample = CpuSample {
             at_ns: i64::try_from(at?.duration_since(UNIX_EPOCH).ok()?.as_nanos()).ok()?,
             usage_ns: usage?,
@@ -133,7 +138,12 @@ fn cgroup_stats(
     (cpu, s.memory.as_ref().map(|m| memory_stats(Time(at), m)))
 }
 
-fn fs_stats(time: Time, info: Option<&FsInfo>, used: Option<u64>, inodes_used: Option<u64>) -> FsStats {
+fn fs_stats(
+    time: Time,
+    info: Option<&FsInfo>,
+    used: Option<u64>,
+    inodes_used: Option<u64>,
+) -> FsStats {
     FsStats {
         time,
         available_bytes: info.map(|i| i.available),
@@ -145,16 +155,26 @@ fn fs_stats(time: Time, info: Option<&FsInfo>, used: Option<u64>, inodes_used: O
     }
 }
 
-/// CRI memory first; what the runtime leaves out comes from the container's cgroup.
-fn container_memory(s: Option<&api::MemoryUsage>, cg: Option<&MemorySample>, at: Option<SystemTime>) -> Option<MemoryStats> {
+/// CRI memory first; what the runtime leaves out comes from the container's cgroup. The
+/// exception is availableBytes, which needs the limit: containerd reports 0 for a container
+/// without one, where upstream (through cadvisor) leaves the field out.
+fn container_memory(
+    s: Option<&api::MemoryUsage>,
+    cg: Option<&MemorySample>,
+    at: Option<SystemTime>,
+) -> Option<MemoryStats> {
     let from_cg = cg.map(|m| memory_stats(Time(at), m));
     let Some(m) = s else {
         return from_cg;
     };
     let fb = from_cg.unwrap_or_default();
+    let available = match cg {
+        Some(_) => fb.available_bytes,
+        None => uv(&m.available_bytes),
+    };
     Some(MemoryStats {
         time: Time::from_unix_nanos(m.timestamp),
-        available_bytes: uv(&m.available_bytes).or(fb.available_bytes),
+        available_bytes: available,
         usage_bytes: uv(&m.usage_bytes).or(fb.usage_bytes),
         working_set_bytes: uv(&m.working_set_bytes).or(fb.working_set_bytes),
         rss_bytes: uv(&m.rss_bytes).or(fb.rss_bytes),
@@ -177,7 +197,7 @@ fn container_cpu(
         let computed = rates.nano_cores(key, at, usage);
         return Some(CpuStats {
             time: Time(at),
-            usage_nano_cores: uv(&cpu.usage_nano_cores).or(computed),
+            usage_nano_cores: computed.or(uv(&cpu.usage_nano_cores)),
             usage_core_nano_seconds: usage,
         });
     }
@@ -193,9 +213,19 @@ fn container_stats(inp: &Inputs, c: &api::Container, rates: &mut Rates) -> Conta
     let stats = inp.view.stats.get(&c.id);
     let cg = inp.local.containers.get(&c.id);
     let mut out = ContainerStats {
-        name: c.metadata.as_ref().map(|m| m.name.clone()).unwrap_or_default(),
+        name: c
+            .metadata
+            .as_ref()
+            .map(|m| m.name.clone())
+            .unwrap_or_default(),
         start_time: Time::from_unix_nanos(c.created_at),
-        cpu: container_cpu(c, stats.and_then(|s| s.cpu.as_ref()), cg, inp.local.at, rates),
+        cpu: container_cpu(
+            c,
+            stats.and_then(|s| s.cpu.as_ref()),
+            cg,
+            inp.local.at,
+            rates,
+        ),
         memory: container_memory(
             stats.and_then(|s| s.memory.as_ref()),
             cg.and_then(|s| s.memory.as_ref()),
@@ -213,20 +243,24 @@ fn container_stats(inp: &Inputs, c: &api::Container, rates: &mut Rates) -> Conta
     };
     out.rootfs = stats.and_then(|s| s.writable_layer.as_ref()).map(|w| {
         let mount = w.fs_id.as_ref().and_then(|f| fs.mounts.get(&f.mountpoint));
+        // Zero until containerd's first measurement of a new container's layer.
+        let time = Time::from_unix_nanos(w.timestamp);
         fs_stats(
-            Time::from_unix_nanos(w.timestamp),
+            if time.0.is_some() { time } else { Time(fs.at) },
             mount,
             uv(&w.used_bytes),
             uv(&w.inodes_used),
         )
     });
-    out.logs = fs.logs.get(&c.id).map(|u| {
-        fs_stats(Time(fs.at), fs.root.as_ref(), Some(u.bytes), Some(u.inodes))
-    });
+    out.logs = fs
+        .logs
+        .get(&c.id)
+        .map(|u| fs_stats(Time(fs.at), fs.root.as_ref(), Some(u.bytes), Some(u.inodes)));
     out
 }
 
-fn interfaces_from_cri(n: &api::NetworkUsage) -> NetworkStats {
+/// containerd leaves the network timestamp at 0; the collection time stands in.
+fn interfaces_from_cri(n: &api::NetworkUsage, at: Option<SystemTime>) -> NetworkStats {
     let conv = |i: &api::NetworkInterfaceUsage| InterfaceStats {
         name: i.name.clone(),
         rx_bytes: uv(&i.rx_bytes),
@@ -237,8 +271,9 @@ fn interfaces_from_cri(n: &api::NetworkUsage) -> NetworkStats {
     let default = n.default_interface.as_ref().map(conv).unwrap_or_default();
     let mut interfaces: Vec<InterfaceStats> = n.default_interface.iter().map(conv).collect();
     interfaces.extend(n.interfaces.iter().map(conv));
+    let time = Time::from_unix_nanos(n.timestamp);
     NetworkStats {
-        time: Time::from_unix_nanos(n.timestamp),
+        time: if time.0.is_some() { time } else { Time(at) },
         default,
         interfaces,
     }
@@ -289,20 +324,28 @@ fn summed(containers: &[ContainerStats]) -> (Option<CpuStats>, Option<MemoryStat
     (cpu, mem)
 }
 
-fn sandbox_cpu_memory(s: &api::PodSandboxStats, rates: &mut Rates, uid: &str) -> (Option<CpuStats>, Option<MemoryStats>) {
+fn sandbox_cpu_memory(
+    s: &api::PodSandboxStats,
+    rates: &mut Rates,
+    uid: &str,
+) -> (Option<CpuStats>, Option<MemoryStats>) {
     let Some(linux) = &s.linux else {
         return (None, None);
     };
-    let cpu = linux.cpu.as_ref().filter(|c| c.usage_core_nano_seconds.is_some()).map(|c| {
-        let at = ns_time(c.timestamp);
-        let usage = uv(&c.usage_core_nano_seconds);
-        let computed = rates.nano_cores(format!("pod/{uid}"), at, usage);
-        CpuStats {
-            time: Time(at),
-            usage_nano_cores: uv(&c.usage_nano_cores).or(computed),
-            usage_core_nano_seconds: usage,
-        }
-    });
+    let cpu = linux
+        .cpu
+        .as_ref()
+        .filter(|c| c.usage_core_nano_seconds.is_some())
+        .map(|c| {
+            let at = ns_time(c.timestamp);
+            let usage = uv(&c.usage_core_nano_seconds);
+            let computed = rates.nano_cores(format!("pod/{uid}"), at, usage);
+            CpuStats {
+                time: Time(at),
+                usage_nano_cores: computed.or(uv(&c.usage_nano_cores)),
+                usage_core_nano_seconds: usage,
+            }
+        });
     (cpu, container_memory(linux.memory.as_ref(), None, None))
 }
 
@@ -315,7 +358,12 @@ fn pod_volumes(inp: &Inputs, uid: &str) -> Vec<VolumeStats> {
         .map(|vs| {
             vs.iter()
                 .map(|v| VolumeStats {
-                    fs: fs_stats(Time(fs.at), Some(&v.fs), Some(v.usage.bytes), Some(v.usage.inodes)),
+                    fs: fs_stats(
+                        Time(fs.at),
+                        Some(&v.fs),
+                        Some(v.usage.bytes),
+                        Some(v.usage.inodes),
+                    ),
                     name: v.name.clone(),
                     pvc_ref: None,
                 })
@@ -334,7 +382,12 @@ fn ephemeral_storage(fs: &FsView, uid: &str, containers: &[ContainerStats]) -> F
             out.inodes_used = add(out.inodes_used, part.inodes_used);
         }
     }
-    let volumes = fs.volumes.get(uid).into_iter().flatten().filter(|v| v.ephemeral);
+    let volumes = fs
+        .volumes
+        .get(uid)
+        .into_iter()
+        .flatten()
+        .filter(|v| v.ephemeral);
     for u in volumes.map(|v| &v.usage).chain(fs.etc_hosts.get(uid)) {
         out.used_bytes = add(out.used_bytes, Some(u.bytes));
         out.inodes_used = add(out.inodes_used, Some(u.inodes));
@@ -350,18 +403,28 @@ fn pod_network(inp: &Inputs, sandbox: &api::PodSandbox) -> Option<NetworkStats> 
         .and_then(|s| s.linux.as_ref())
         .and_then(|l| l.network.as_ref())
         .filter(|n| n.default_interface.is_some() || !n.interfaces.is_empty())
-        .map(interfaces_from_cri);
+        .map(|n| interfaces_from_cri(n, inp.local.at));
     from_cri.or_else(|| {
         let ifs = inp.local.sandbox_interfaces.get(&sandbox.id)?;
         Some(network_stats(Time(inp.local.at), ifs.clone()))
     })
 }
 
-fn pod_stats(inp: &Inputs, sandbox: &api::PodSandbox, rates: &mut Rates, details: &mut Vec<ContainerDetail>) -> PodStats {
+fn pod_stats(
+    inp: &Inputs,
+    sandbox: &api::PodSandbox,
+    rates: &mut Rates,
+    details: &mut Vec<ContainerDetail>,
+) -> PodStats {
     let meta = sandbox.metadata.clone().unwrap_or_default();
     let spec = inp.pods.get(&meta.uid);
     let mut containers = Vec::new();
-    for c in inp.view.containers.iter().filter(|c| c.pod_sandbox_id == sandbox.id) {
+    for c in inp
+        .view
+        .containers
+        .iter()
+        .filter(|c| c.pod_sandbox_id == sandbox.id)
+    {
         let stats = container_stats(inp, c, rates);
         details.push(detail(inp, &meta.uid, c, spec));
         containers.push(stats);
@@ -395,15 +458,25 @@ fn pod_stats(inp: &Inputs, sandbox: &api::PodSandbox, rates: &mut Rates, details
             .and_then(|s| s.linux.as_ref())
             .and_then(|l| l.process.as_ref())
             .and_then(|p| uv(&p.process_count))
-            .map(|n| ProcessStats { process_count: Some(n) });
+            .map(|n| ProcessStats {
+                process_count: Some(n),
+            });
     }
     out.containers = containers;
     out
 }
 
 fn detail(inp: &Inputs, uid: &str, c: &api::Container, spec: Option<&Pod>) -> ContainerDetail {
-    let name = c.metadata.as_ref().map(|m| m.name.clone()).unwrap_or_default();
-    let mut image = c.image.as_ref().map(|i| i.image.clone()).unwrap_or_default();
+    let name = c
+        .metadata
+        .as_ref()
+        .map(|m| m.name.clone())
+        .unwrap_or_default();
+    let mut image = c
+        .image
+        .as_ref()
+        .map(|i| i.image.clone())
+        .unwrap_or_default();
     if image.is_empty() || image.starts_with("sha256:") {
         let from_spec = spec
             .and_then(|p| p.spec.as_ref())
@@ -432,7 +505,13 @@ fn detail(inp: &Inputs, uid: &str, c: &api::Container, spec: Option<&Pod>) -> Co
     }
 }
 
-fn system_container(name: &str, start: Time, at: Option<SystemTime>, s: &CgroupSample, rates: &mut Rates) -> ContainerStats {
+fn system_container(
+    name: &str,
+    start: Time,
+    at: Option<SystemTime>,
+    s: &CgroupSample,
+    rates: &mut Rates,
+) -> ContainerStats {
     let (cpu, memory) = cgroup_stats(format!("sys/{name}"), at, s, rates);
     ContainerStats {
         name: name.to_string(),
@@ -447,9 +526,21 @@ fn node_stats(inp: &Inputs, rates: &mut Rates) -> NodeStats {
     let l = inp.local;
     let at = l.at;
     let start = Time(l.boot_time);
-    let mut system = vec![system_container(SYSTEM_CONTAINER_KUBELET, start, at, &l.kubelet, rates)];
+    let mut system = vec![system_container(
+        SYSTEM_CONTAINER_KUBELET,
+        start,
+        at,
+        &l.kubelet,
+        rates,
+    )];
     if let Some(pods) = &l.kubepods {
-        system.push(system_container(SYSTEM_CONTAINER_PODS, start, at, pods, rates));
+        system.push(system_container(
+            SYSTEM_CONTAINER_PODS,
+            start,
+            at,
+            pods,
+            rates,
+        ));
     }
     let mut node = NodeStats {
         node_name: inp.node_name.to_string(),
@@ -468,7 +559,12 @@ fn node_stats(inp: &Inputs, rates: &mut Rates) -> NodeStats {
     };
     node.network = Some(network_stats(Time(at), l.node_interfaces.clone()));
     node.fs = fs.root.as_ref().map(|r| {
-        fs_stats(Time(fs.at), Some(r), Some(r.used), Some(r.inodes.saturating_sub(r.inodes_free)))
+        fs_stats(
+            Time(fs.at),
+            Some(r),
+            Some(r.used),
+            Some(r.inodes.saturating_sub(r.inodes_free)),
+        )
     });
     node.runtime = Some(RuntimeStats {
         image_fs: fs.image_fs.clone(),

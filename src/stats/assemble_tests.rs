@@ -49,11 +49,14 @@ fn view() -> RuntimeView {
         cpu: Some(api::CpuUsage {
             timestamp: 2_000 * SEC,
             usage_core_nano_seconds: u(5 * SEC as u64),
+            // containerd's own rate, over whatever window its last caller left.
+            usage_nano_cores: u(42),
             ..Default::default()
         }),
         memory: Some(api::MemoryUsage {
             timestamp: 2_000 * SEC,
             working_set_bytes: u(4096),
+            available_bytes: u(0),
             ..Default::default()
         }),
         writable_layer: Some(api::FilesystemUsage {
@@ -190,7 +193,12 @@ fn fs_view() -> FsView {
     }
 }
 
-fn run(view: &RuntimeView, local: &LocalSample, fs: Option<&FsView>, rates: &mut Rates) -> Collected {
+fn run(
+    view: &RuntimeView,
+    local: &LocalSample,
+    fs: Option<&FsView>,
+    rates: &mut Rates,
+) -> Collected {
     let pods = HashMap::new();
     let cgroups = HashMap::from([("uid1".to_string(), "/kubepods/poduid1".to_string())]);
     assemble(
@@ -232,7 +240,10 @@ fn full_summary_takes_each_number_from_its_source() {
     assert_eq!(node.fs.as_ref().unwrap().inodes_used, Some(10));
     let runtime = node.runtime.as_ref().unwrap();
     assert_eq!(runtime.image_fs.as_ref().unwrap().used_bytes, Some(123));
-    assert_eq!(runtime.container_fs, runtime.image_fs, "shared when not split");
+    assert_eq!(
+        runtime.container_fs, runtime.image_fs,
+        "shared when not split"
+    );
     assert_eq!(node.rlimit.as_ref().unwrap().max_pid, Some(4096));
     assert_eq!(node.system_containers[0].name, "kubelet");
 
@@ -240,19 +251,40 @@ fn full_summary_takes_each_number_from_its_source() {
     assert_eq!(pod.pod_ref.name, "web");
     assert_eq!(pod.start_time, Time::from_unix_nanos(1_000 * SEC));
     // Pod totals come from the pod cgroup, not the container sum.
-    assert_eq!(pod.cpu.as_ref().unwrap().usage_core_nano_seconds, Some(6 * SEC as u64));
+    assert_eq!(
+        pod.cpu.as_ref().unwrap().usage_core_nano_seconds,
+        Some(6 * SEC as u64)
+    );
     assert_eq!(pod.memory.as_ref().unwrap().working_set_bytes, Some(8000));
     let net = pod.network.as_ref().unwrap();
-    assert_eq!((net.default.rx_bytes, net.default.tx_bytes), (Some(77), Some(88)));
+    assert_eq!(
+        (net.default.rx_bytes, net.default.tx_bytes),
+        (Some(77), Some(88))
+    );
 
     let c = &pod.containers[0];
     assert_eq!(c.name, "app");
-    assert_eq!(c.cpu.as_ref().unwrap().usage_core_nano_seconds, Some(5 * SEC as u64));
+    assert_eq!(
+        c.cpu.as_ref().unwrap().usage_core_nano_seconds,
+        Some(5 * SEC as u64)
+    );
     let cm = c.memory.as_ref().unwrap();
     assert_eq!(cm.working_set_bytes, Some(4096), "the runtime's value wins");
     assert_eq!(cm.usage_bytes, Some(5000), "the cgroup fills the gaps");
+    assert_eq!(
+        cm.available_bytes, None,
+        "no limit, no availableBytes (not the runtime's 0)"
+    );
+    assert_eq!(
+        c.cpu.as_ref().unwrap().usage_nano_cores,
+        Some(42),
+        "runtime rate until ours"
+    );
     let rootfs = c.rootfs.as_ref().unwrap();
-    assert_eq!((rootfs.used_bytes, rootfs.capacity_bytes), (Some(100), Some(1000)));
+    assert_eq!(
+        (rootfs.used_bytes, rootfs.capacity_bytes),
+        (Some(100), Some(1000))
+    );
     assert_eq!(c.logs.as_ref().unwrap().used_bytes, Some(10));
 
     assert_eq!(pod.volume_stats.len(), 2);
@@ -318,7 +350,11 @@ fn sampler_rounds_give_rates_and_readers_see_them() {
     let node_cpu = out.summary.node.cpu.unwrap();
     assert_eq!(node_cpu.usage_nano_cores, Some(500_000_000));
     let c_cpu = out.summary.pods[0].containers[0].cpu.clone().unwrap();
-    assert_eq!(c_cpu.usage_nano_cores, Some(100_000_000));
+    assert_eq!(
+        c_cpu.usage_nano_cores,
+        Some(100_000_000),
+        "our 10 s rate wins"
+    );
 }
 
 #[test]
@@ -328,7 +364,10 @@ fn pod_without_cgroup_sums_its_containers() {
     l.pods.clear();
     let out = run(&view(), &l, None, &mut reader(&cache));
     let pod = &out.summary.pods[0];
-    assert_eq!(pod.cpu.as_ref().unwrap().usage_core_nano_seconds, Some(5 * SEC as u64));
+    assert_eq!(
+        pod.cpu.as_ref().unwrap().usage_core_nano_seconds,
+        Some(5 * SEC as u64)
+    );
     assert_eq!(pod.memory.as_ref().unwrap().working_set_bytes, Some(4096));
 }
 
@@ -341,7 +380,7 @@ fn runtime_sandbox_network_is_preferred() {
         api::PodSandboxStats {
             linux: Some(api::LinuxPodSandboxStats {
                 network: Some(api::NetworkUsage {
-                    timestamp: 2_000 * SEC,
+                    timestamp: 0,
                     default_interface: Some(api::NetworkInterfaceUsage {
                         name: "eth0".into(),
                         rx_bytes: u(5),
@@ -358,5 +397,10 @@ fn runtime_sandbox_network_is_preferred() {
     let out = run(&v, &local(), Some(&fs_view()), &mut reader(&cache));
     let net = out.summary.pods[0].network.clone().unwrap();
     assert_eq!(net.default.rx_bytes, Some(5));
+    assert_eq!(
+        net.time,
+        Time(at(2_000)),
+        "collection time when the runtime gives none"
+    );
     assert_eq!(net.interfaces.len(), 1);
 }

@@ -84,7 +84,9 @@ fn read_u64(dir: &Path, file: &str) -> Option<u64> {
 pub fn sample(dirs: &CgroupDirs) -> CgroupSample {
     match dirs {
         CgroupDirs::V1 { cpuacct, memory } => CgroupSample {
-            cpu_usage_ns: cpuacct.as_deref().and_then(|d| read_u64(d, "cpuacct.usage")),
+            cpu_usage_ns: cpuacct
+                .as_deref()
+                .and_then(|d| read_u64(d, "cpuacct.usage")),
             memory: memory.as_deref().and_then(|d| {
                 let stat = read(d, "memory.stat")?;
                 memory_v1(

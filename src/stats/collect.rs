@@ -28,7 +28,10 @@ const LOCAL_READ_WAIT: Duration = Duration::from_secs(5);
 /// whether upstream counts the volume as local ephemeral storage.
 fn volume_dir(v: &k8s_openapi::api::core::v1::Volume) -> Option<(&'static str, bool)> {
     if let Some(e) = &v.empty_dir {
-        return Some(("kubernetes.io~empty-dir", e.medium.as_deref() != Some("Memory")));
+        return Some((
+            "kubernetes.io~empty-dir",
+            e.medium.as_deref() != Some("Memory"),
+        ));
     }
     if v.config_map.is_some() {
         return Some(("kubernetes.io~configmap", true));
@@ -39,15 +42,24 @@ fn volume_dir(v: &k8s_openapi::api::core::v1::Volume) -> Option<(&'static str, b
     if v.downward_api.is_some() {
         return Some(("kubernetes.io~downward-api", false));
     }
-    v.projected.as_ref().map(|_| ("kubernetes.io~projected", false))
+    v.projected
+        .as_ref()
+        .map(|_| ("kubernetes.io~projected", false))
 }
 
 fn uid_of(s: &api::PodSandbox) -> &str {
-    s.metadata.as_ref().map(|m| m.uid.as_str()).unwrap_or_default()
+    s.metadata
+        .as_ref()
+        .map(|m| m.uid.as_str())
+        .unwrap_or_default()
 }
 
 impl StatsProvider {
-    pub(super) async fn collect(&self, scope: Scope, update_rates: bool) -> Result<Collected, StatsError> {
+    pub(super) async fn collect(
+        &self,
+        scope: Scope,
+        update_rates: bool,
+    ) -> Result<Collected, StatsError> {
         let full = scope == Scope::Full;
         let view = self.runtime_view(full).await?;
         let pods: HashMap<String, Pod> = self
@@ -57,7 +69,11 @@ impl StatsProvider {
             .filter_map(|p| Some((p.metadata.uid.clone()?, p)))
             .collect();
         let pod_cgroups = self.pod_cgroups(&view, &pods);
-        let sandbox_pids = if full { self.sandbox_pids(&view).await } else { Vec::new() };
+        let sandbox_pids = if full {
+            self.sandbox_pids(&view).await
+        } else {
+            Vec::new()
+        };
         let container_cgroups = view
             .containers
             .iter()
@@ -69,7 +85,10 @@ impl StatsProvider {
             .collect();
         let req = LocalRequest {
             layout: self.cgroups.layout().clone(),
-            pod_cgroups: pod_cgroups.iter().map(|(u, n)| (u.clone(), n.clone())).collect(),
+            pod_cgroups: pod_cgroups
+                .iter()
+                .map(|(u, n)| (u.clone(), n.clone()))
+                .collect(),
             container_cgroups,
             kubepods: self.kubepods.clone(),
             sandbox_pids,
@@ -144,7 +163,9 @@ impl StatsProvider {
                 .collect(),
             Err(err) => {
                 if err.code() == Some(tonic::Code::Unimplemented) {
-                    info!("The runtime does not implement ListPodSandboxStats; pod network stats come from the sandbox process");
+                    info!(
+                        "The runtime does not implement ListPodSandboxStats; pod network stats come from the sandbox process"
+                    );
                     self.no_sandbox_stats.store(true, Ordering::Relaxed);
                 } else {
                     debug!(%err, "ListPodSandboxStats failed");
@@ -155,14 +176,19 @@ impl StatsProvider {
     }
 
     /// Pod UID → cgroup name, for pods the kubelet knows (their QoS class places the cgroup).
-    fn pod_cgroups(&self, view: &RuntimeView, pods: &HashMap<String, Pod>) -> HashMap<String, String> {
+    fn pod_cgroups(
+        &self,
+        view: &RuntimeView,
+        pods: &HashMap<String, Pod>,
+    ) -> HashMap<String, String> {
         view.sandboxes
             .iter()
             .filter_map(|s| {
                 let uid = uid_of(s);
                 let name = self.cgroups.pod_cgroup_parent(pods.get(uid)?);
                 // Without cgroupsPerQOS pods have no cgroup of their own.
-                name.ends_with(&format!("pod{uid}")).then(|| (uid.to_string(), name))
+                name.ends_with(&format!("pod{uid}"))
+                    .then(|| (uid.to_string(), name))
             })
             .collect()
     }
@@ -221,7 +247,16 @@ impl StatsProvider {
         let mounts: HashSet<String> = view
             .stats
             .values()
-            .filter_map(|s| Some(s.writable_layer.as_ref()?.fs_id.as_ref()?.mountpoint.clone()))
+            .filter_map(|s| {
+                Some(
+                    s.writable_layer
+                        .as_ref()?
+                        .fs_id
+                        .as_ref()?
+                        .mountpoint
+                        .clone(),
+                )
+            })
             .filter(|m| !m.is_empty())
             .collect();
         let mut mount_info = HashMap::new();
@@ -295,8 +330,13 @@ impl StatsProvider {
             .filter_map(|c| {
                 let s = view.sandboxes.iter().find(|s| s.id == c.pod_sandbox_id)?;
                 let m = s.metadata.as_ref()?;
-                let dir = paths::pod_log_dir(Path::new(paths::POD_LOGS_ROOT), &m.namespace, &m.name, &m.uid)
-                    .join(&c.metadata.as_ref()?.name);
+                let dir = paths::pod_log_dir(
+                    Path::new(paths::POD_LOGS_ROOT),
+                    &m.namespace,
+                    &m.name,
+                    &m.uid,
+                )
+                .join(&c.metadata.as_ref()?.name);
                 Some((c.id.clone(), dir))
             })
             .collect();
@@ -307,14 +347,24 @@ impl StatsProvider {
             .collect()
     }
 
-    async fn volume_usage(&self, view: &RuntimeView, pods: &HashMap<String, Pod>) -> HashMap<String, Vec<VolumeReading>> {
+    async fn volume_usage(
+        &self,
+        view: &RuntimeView,
+        pods: &HashMap<String, Pod>,
+    ) -> HashMap<String, Vec<VolumeReading>> {
         let mut wanted: Vec<(String, String, PathBuf, bool)> = Vec::new();
         for s in &view.sandboxes {
             let uid = uid_of(s);
-            let volumes = pods.get(uid).and_then(|p| p.spec.as_ref()).and_then(|s| s.volumes.as_ref());
+            let volumes = pods
+                .get(uid)
+                .and_then(|p| p.spec.as_ref())
+                .and_then(|s| s.volumes.as_ref());
             for v in volumes.into_iter().flatten() {
                 if let Some((plugin, ephemeral)) = volume_dir(v) {
-                    let dir = paths::pod_dir(&self.root_dir, uid).join("volumes").join(plugin).join(&v.name);
+                    let dir = paths::pod_dir(&self.root_dir, uid)
+                        .join("volumes")
+                        .join(plugin)
+                        .join(&v.name);
                     wanted.push((uid.to_string(), v.name.clone(), dir, ephemeral));
                 }
             }
@@ -328,7 +378,12 @@ impl StatsProvider {
         let mut out: HashMap<String, Vec<VolumeReading>> = HashMap::new();
         for ((uid, name, _, ephemeral), r) in wanted.into_iter().zip(read) {
             if let Some((fs, usage)) = r {
-                out.entry(uid).or_default().push(VolumeReading { name, fs, usage, ephemeral });
+                out.entry(uid).or_default().push(VolumeReading {
+                    name,
+                    fs,
+                    usage,
+                    ephemeral,
+                });
             }
         }
         out
@@ -338,7 +393,12 @@ impl StatsProvider {
         let files: Vec<(String, PathBuf)> = view
             .sandboxes
             .iter()
-            .map(|s| (uid_of(s).to_string(), paths::pod_dir(&self.root_dir, uid_of(s)).join("etc-hosts")))
+            .map(|s| {
+                (
+                    uid_of(s).to_string(),
+                    paths::pod_dir(&self.root_dir, uid_of(s)).join("etc-hosts"),
+                )
+            })
             .collect();
         let usage = join_all(files.iter().map(|(_, f)| self.fs.disk_usage(f))).await;
         files

@@ -84,15 +84,20 @@ impl FsProbe {
         match tokio::time::timeout(wait, task).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(StatsError::Blocking(e.to_string())),
-            Err(_) => Err(StatsError::Timeout { what: key, after: wait }),
+            Err(_) => Err(StatsError::Timeout {
+                what: key,
+                after: wait,
+            }),
         }
     }
 
     pub async fn statvfs(&self, path: &Path) -> Result<FsInfo, StatsError> {
         let p = path.to_path_buf();
-        self.bounded(format!("statvfs {}", path.display()), STATVFS_WAIT, move || {
-            statvfs(&p)
-        })
+        self.bounded(
+            format!("statvfs {}", path.display()),
+            STATVFS_WAIT,
+            move || statvfs(&p),
+        )
         .await?
     }
 
@@ -171,7 +176,9 @@ pub fn walk(root: &Path) -> Result<DiskUsage, StatsError> {
         if meta.nlink() > 1 && !meta.is_dir() && !linked.insert((meta.dev(), meta.ino())) {
             continue;
         }
-        usage.bytes = usage.bytes.saturating_add(meta.blocks().saturating_mul(512));
+        usage.bytes = usage
+            .bytes
+            .saturating_add(meta.blocks().saturating_mul(512));
         usage.inodes += 1;
         if usage.inodes > MAX_WALK_ENTRIES {
             return Err(StatsError::TooLarge(root.to_path_buf()));

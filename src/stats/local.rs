@@ -83,7 +83,10 @@ fn kubelet_sample(layout: &Layout) -> CgroupSample {
         .map(|t| procfs::proc_cgroups(&t))
         .unwrap_or_default();
     let (cpu_path, mem_path) = match layout {
-        Layout::V1(_) => (own.v1.get("cpuacct").cloned(), own.v1.get("memory").cloned()),
+        Layout::V1(_) => (
+            own.v1.get("cpuacct").cloned(),
+            own.v1.get("memory").cloned(),
+        ),
         Layout::V2(_) => (own.unified.clone(), own.unified.clone()),
     };
     let is_root = |p: &Option<String>| p.as_deref().is_none_or(|p| p.trim_matches('/').is_empty());
@@ -115,7 +118,10 @@ fn kubelet_sample(layout: &Layout) -> CgroupSample {
 
 fn rlimit() -> (Option<i64>, Option<i64>) {
     let num = |p: &str| read(p).and_then(|t| t.trim().parse::<i64>().ok());
-    let max_pid = match (num("/proc/sys/kernel/pid_max"), num("/proc/sys/kernel/threads-max")) {
+    let max_pid = match (
+        num("/proc/sys/kernel/pid_max"),
+        num("/proc/sys/kernel/threads-max"),
+    ) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
@@ -192,7 +198,10 @@ mod tests {
         assert_eq!(m.major_page_faults, 2);
         assert_eq!(m.limit, Some(1000 * 1024));
         assert!(node_memory("MemFree: 1 kB\n", "").is_none());
-        assert_eq!(node_swap("SwapTotal: 10 kB\nSwapFree: 4 kB\n"), Some((6144, 4096)));
+        assert_eq!(
+            node_swap("SwapTotal: 10 kB\nSwapFree: 4 kB\n"),
+            Some((6144, 4096))
+        );
     }
 
     #[test]

@@ -232,10 +232,7 @@ vethab12:     10       1    0    0    0     0          0         0       20     
         assert_eq!(c.v1["memory"], "/system.slice/kubelet.service");
         assert_eq!(c.unified.as_deref(), Some("/system.slice/kubelet.service"));
         // name=systemd style hierarchies are kept by their name too, harmlessly.
-        assert_eq!(
-            proc_cgroups("1:name=systemd:/\n").v1["name=systemd"],
-            "/"
-        );
+        assert_eq!(proc_cgroups("1:name=systemd:/\n").v1["name=systemd"], "/");
     }
 
     #[test]
@@ -252,7 +249,8 @@ vethab12:     10       1    0    0    0     0          0         0       20     
 
     #[test]
     fn flat_keyed_skips_bad_lines() {
-        let m = flat_keyed("cache 10\nrss 20\nweird\nhierarchical_memory_limit 9223372036854771712\n");
+        let m =
+            flat_keyed("cache 10\nrss 20\nweird\nhierarchical_memory_limit 9223372036854771712\n");
         assert_eq!(m["cache"], 10);
         assert_eq!(m["rss"], 20);
         assert_eq!(m.len(), 3);

@@ -29,7 +29,11 @@ fn running(c: &api::Container) -> bool {
 pub fn live_sandboxes(all: Vec<api::PodSandbox>) -> Vec<api::PodSandbox> {
     let mut by_uid: HashMap<String, Vec<api::PodSandbox>> = HashMap::new();
     for s in all {
-        let uid = s.metadata.as_ref().map(|m| m.uid.clone()).unwrap_or_default();
+        let uid = s
+            .metadata
+            .as_ref()
+            .map(|m| m.uid.clone())
+            .unwrap_or_default();
         by_uid.entry(uid).or_default().push(s);
     }
     let mut out = Vec::new();
@@ -50,7 +54,11 @@ pub fn live_sandboxes(all: Vec<api::PodSandbox>) -> Vec<api::PodSandbox> {
 pub fn live_containers(all: Vec<api::Container>) -> Vec<api::Container> {
     let mut groups: HashMap<(String, String), Vec<api::Container>> = HashMap::new();
     for c in all {
-        let name = c.metadata.as_ref().map(|m| m.name.clone()).unwrap_or_default();
+        let name = c
+            .metadata
+            .as_ref()
+            .map(|m| m.name.clone())
+            .unwrap_or_default();
         groups
             .entry((c.pod_sandbox_id.clone(), name))
             .or_default()
@@ -97,7 +105,13 @@ mod tests {
         }
     }
 
-    fn ctr(id: &str, sandbox: &str, name: &str, state: api::ContainerState, created: i64) -> api::Container {
+    fn ctr(
+        id: &str,
+        sandbox: &str,
+        name: &str,
+        state: api::ContainerState,
+        created: i64,
+    ) -> api::Container {
         api::Container {
             id: id.into(),
             pod_sandbox_id: sandbox.into(),

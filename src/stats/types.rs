@@ -412,7 +412,10 @@ mod tests {
         assert!(node.get("swap").is_none());
 
         let pod = &v["pods"][0];
-        assert_eq!(pod["podRef"], json!({"name": "web", "namespace": "default", "uid": "u1"}));
+        assert_eq!(
+            pod["podRef"],
+            json!({"name": "web", "namespace": "default", "uid": "u1"})
+        );
         assert_eq!(pod["containers"][0]["name"], "app");
         assert_eq!(pod["containers"][0]["rootfs"]["usedBytes"], 3);
         assert_eq!(pod["containers"][0]["logs"]["inodesUsed"], 6);
