@@ -233,14 +233,14 @@ fn container_stats(inp: &Inputs, c: &api::Container, rates: &mut Rates) -> Conta
         ),
         ..Default::default()
     };
+    let Some(fs) = inp.fs else {
+        return out;
+    };
     out.swap = stats.and_then(|s| s.swap.as_ref()).map(|s| SwapStats {
         time: Time::from_unix_nanos(s.timestamp),
         swap_available_bytes: uv(&s.swap_available_bytes),
         swap_usage_bytes: uv(&s.swap_usage_bytes),
     });
-    let Some(fs) = inp.fs else {
-        return out;
-    };
     out.rootfs = stats.and_then(|s| s.writable_layer.as_ref()).map(|w| {
         let mount = w.fs_id.as_ref().and_then(|f| fs.mounts.get(&f.mountpoint));
         // Zero until containerd's first measurement of a new container's layer.
