@@ -412,6 +412,17 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         sources_ready,
     }));
 
+    crate::metrics::kubelet().node_name.set(&[&node_name], 1.0);
+    let stats = Arc::new(crate::stats::StatsProvider::new(
+        cri.clone(),
+        cgroups.clone(),
+        status.clone(),
+        flags.root_dir.clone(),
+        node_name.clone(),
+        &cfg.cgroup_root,
+        cfg.cgroups_per_qos,
+    ));
+    tasks.spawn(stats.clone().run_sampler(cancel.child_token()));
     let state = ServerState {
         status,
         sync_health,
@@ -421,6 +432,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         settings: Arc::new(settings.clone()),
         node_name: node_name.clone(),
         api: client.clone(),
+        stats,
     };
     if cfg.healthz_port > 0 {
         let addr = socket_addr(&cfg.healthz_bind_address, cfg.healthz_port)?;

@@ -84,6 +84,7 @@ where
             }),
         };
         let elapsed = started.elapsed();
+        crate::metrics::record_runtime_operation(op, elapsed, result.is_err());
         match &result {
             Ok(_) => tracing::debug!(?elapsed, "CRI call succeeded"),
             Err(err) => tracing::debug!(?elapsed, error = %err, "CRI call failed"),
@@ -401,6 +402,40 @@ impl RuntimeClient {
         )
         .await?
         .stats)
+    }
+
+    /// Unimplemented by runtimes that predate it; callers fall back to cgroups.
+    pub async fn list_pod_sandbox_stats(
+        &self,
+        filter: Option<api::PodSandboxStatsFilter>,
+    ) -> Result<Vec<api::PodSandboxStats>, CriError> {
+        let mut c = self.runtime.clone();
+        let req = api::ListPodSandboxStatsRequest { filter };
+        Ok(call(
+            "ListPodSandboxStats",
+            self.timeout,
+            c.list_pod_sandbox_stats(req),
+        )
+        .await?
+        .stats)
+    }
+
+    /// The runtime's verbose sandbox information (containerd: `info` holds JSON with the
+    /// sandbox's pid and runtime spec).
+    pub async fn pod_sandbox_info(
+        &self,
+        id: &str,
+    ) -> Result<std::collections::HashMap<String, String>, CriError> {
+        let mut c = self.runtime.clone();
+        let req = api::PodSandboxStatusRequest {
+            pod_sandbox_id: id.to_string(),
+            verbose: true,
+        };
+        Ok(
+            call("PodSandboxStatus", self.timeout, c.pod_sandbox_status(req))
+                .await?
+                .info,
+        )
     }
 
     pub async fn list_images(&self) -> Result<Vec<api::Image>, CriError> {

@@ -179,6 +179,7 @@ impl Pleg {
                 .map(|(uid, (fp, _))| (uid, fp))
                 .collect();
             self.health.mark();
+            crate::metrics::record_relist(started, &sandboxes, &containers);
             debug!(changed = changed_uids.len(), took = ?started.elapsed(), "PLEG relist");
             for uid in changed_uids {
                 tokio::select! {

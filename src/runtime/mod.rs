@@ -413,6 +413,7 @@ impl RuntimeManager {
                 path: log_dir.clone(),
                 source,
             })?;
+        crate::metrics::record_pod_started();
         let id = self
             .cri
             .run_pod_sandbox(config, &self.settings.runtime_handler)
@@ -599,6 +600,7 @@ impl RuntimeManager {
         if let Some(key) = &start.backoff_key {
             backoff.record_restart(key, now);
         }
+        crate::metrics::record_container_started(pod, &container.name);
         let id = self
             .cri
             .create_container(sandbox_id, config, sandbox_config.clone())

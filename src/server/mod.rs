@@ -4,6 +4,7 @@ mod healthz;
 mod logs;
 pub mod lookup;
 mod pods;
+mod stats;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -48,6 +49,8 @@ pub struct ServerState {
     pub node_name: String,
     /// The API server client (token and access reviews); None when standalone.
     pub api: Option<kube::Client>,
+    /// Node and pod statistics for /stats/summary and the metrics endpoints.
+    pub stats: Arc<crate::stats::StatsProvider>,
 }
 
 impl ServerState {
@@ -82,6 +85,7 @@ fn default_routes() -> Router<ServerState> {
     healthz_routes()
         .route("/pods", get(pods::list))
         .route("/pods/", get(pods::list))
+        .merge(stats::routes())
 }
 
 /// What only the authenticated port serves, and only with enableDebuggingHandlers: logs,

@@ -103,6 +103,7 @@ async fn run(
 ) {
     let mut backoff = Backoff::default();
     let start_time = SystemTime::now();
+    let mut timing = crate::metrics::PodWorkerTracker::default();
     if let Desired::Run(pod) = &*desired_rx.borrow() {
         ctx.runtime.warn_unsupported(pod);
     }
@@ -112,10 +113,12 @@ async fn run(
             Desired::Run(pod) => {
                 // A termination request cancels a sync in progress (a long image pull must not
                 // hold up the grace period); dropping the sync cancels its CRI calls.
+                let timer = timing.begin(&pod);
                 let result = tokio::select! {
                     r = sync_once(&uid, &pod, &ctx, &mut backoff, start_time) => r,
                     _ = termination_requested(&mut desired_rx) => continue,
                 };
+                timing.end(timer, &pod, ctx.status.status(&uid).as_ref());
                 let changed_meanwhile =
                     matches!(&*desired_rx.borrow(), Desired::Run(p) if !Arc::ptr_eq(p, &pod));
                 match result {
@@ -196,6 +199,7 @@ async fn terminate(
     grace: i64,
     ctx: &WorkerContext,
 ) -> Result<(), crate::runtime::RuntimeError> {
+    let _timer = crate::metrics::WorkerTimer::start("kill");
     let observed = ctx.runtime.pod_status(uid).await?;
     ctx.runtime.kill_pod(pod, &observed, grace).await?;
     // Containers stopped during the kill are listed again so none is missed by the removal.

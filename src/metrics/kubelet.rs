@@ -1,0 +1,149 @@
+//! The kubelet_* families dashboards read, with upstream's names, types, labels, buckets and
+//! help texts (pkg/kubelet/metrics).
+
+use super::registry::{DEF_BUCKETS, Histogram, Opts, Scalar, exponential_buckets};
+use super::text::Family;
+
+/// Upstream's podStartupDurationBuckets.
+pub const POD_START_BUCKETS: &[f64] = &[
+    0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 20.0, 30.0, 45.0, 60.0, 120.0, 180.0, 240.0,
+    300.0, 360.0, 480.0, 600.0, 900.0, 1200.0, 1800.0, 2700.0, 3600.0,
+];
+
+const fn alpha(name: &'static str, help: &'static str, labels: &'static [&'static str]) -> Opts {
+    Opts {
+        name,
+        help,
+        stability: "ALPHA",
+        labels,
+    }
+}
+
+const OPERATION: &[&str] = &["operation_type"];
+
+pub struct KubeletMetrics {
+    pub node_name: Scalar,
+    pub running_pods: Scalar,
+    pub running_containers: Scalar,
+    pub pod_start_duration: Histogram,
+    pub pod_worker_duration: Histogram,
+    pub pleg_relist_duration: Histogram,
+    pub pleg_relist_interval: Histogram,
+    pub pleg_last_seen: Scalar,
+    pub runtime_operations: Scalar,
+    pub runtime_operations_errors: Scalar,
+    pub runtime_operations_duration: Histogram,
+    pub started_pods: Scalar,
+    pub started_containers: Scalar,
+}
+
+impl KubeletMetrics {
+    pub fn new() -> Self {
+        KubeletMetrics {
+            node_name: Scalar::gauge(alpha(
+                "kubelet_node_name",
+                "The node's name. The count is always 1.",
+                &["node"],
+            )),
+            running_pods: Scalar::gauge(alpha(
+                "kubelet_running_pods",
+                "Number of pods that have a running pod sandbox",
+                &[],
+            )),
+            running_containers: Scalar::gauge(alpha(
+                "kubelet_running_containers",
+                "Number of containers currently running",
+                &["container_state"],
+            )),
+            pod_start_duration: Histogram::new(
+                alpha(
+                    "kubelet_pod_start_duration_seconds",
+                    "Duration in seconds from kubelet seeing a pod for the first time to the pod starting to run",
+                    &[],
+                ),
+                POD_START_BUCKETS,
+            ),
+            pod_worker_duration: Histogram::new(
+                alpha(
+                    "kubelet_pod_worker_duration_seconds",
+                    "Duration in seconds to sync a single pod. Broken down by operation type: create, update, or sync",
+                    OPERATION,
+                ),
+                DEF_BUCKETS,
+            ),
+            pleg_relist_duration: Histogram::new(
+                alpha(
+                    "kubelet_pleg_relist_duration_seconds",
+                    "Duration in seconds for relisting pods in PLEG.",
+                    &[],
+                ),
+                DEF_BUCKETS,
+            ),
+            pleg_relist_interval: Histogram::new(
+                alpha(
+                    "kubelet_pleg_relist_interval_seconds",
+                    "Interval in seconds between relisting in PLEG.",
+                    &[],
+                ),
+                DEF_BUCKETS,
+            ),
+            pleg_last_seen: Scalar::gauge(alpha(
+                "kubelet_pleg_last_seen_seconds",
+                "Timestamp in seconds when PLEG was last seen active.",
+                &[],
+            )),
+            runtime_operations: Scalar::counter(alpha(
+                "kubelet_runtime_operations_total",
+                "Cumulative number of runtime operations by operation type.",
+                OPERATION,
+            )),
+            runtime_operations_errors: Scalar::counter(alpha(
+                "kubelet_runtime_operations_errors_total",
+                "Cumulative number of runtime operation errors by operation type.",
+                OPERATION,
+            )),
+            runtime_operations_duration: Histogram::new(
+                alpha(
+                    "kubelet_runtime_operations_duration_seconds",
+                    "Duration in seconds of runtime operations. Broken down by operation type.",
+                    OPERATION,
+                ),
+                &exponential_buckets(0.005, 2.5, 14),
+            ),
+            started_pods: Scalar::counter(alpha(
+                "kubelet_started_pods_total",
+                "Cumulative number of pods started",
+                &[],
+            )),
+            started_containers: Scalar::counter(alpha(
+                "kubelet_started_containers_total",
+                "Cumulative number of containers started",
+                &["container_type"],
+            )),
+        }
+    }
+
+    pub fn families(&self) -> Vec<Family> {
+        vec![
+            self.node_name.family(),
+            self.running_pods.family(),
+            self.running_containers.family(),
+            self.pod_start_duration.family(),
+            self.pod_worker_duration.family(),
+            self.pleg_relist_duration.family(),
+            self.pleg_relist_interval.family(),
+            self.pleg_last_seen.family(),
+            self.runtime_operations.family(),
+            self.runtime_operations_errors.family(),
+            self.runtime_operations_duration.family(),
+            self.started_pods.family(),
+            self.started_containers.family(),
+        ]
+    }
+}
+
+impl Default for KubeletMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

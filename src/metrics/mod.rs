@@ -1,0 +1,251 @@
+//! Prometheus metrics: a process-wide registry of the kubelet_* families (like upstream's
+//! legacyregistry, so instrumented code needs no handle passed around), the process_*
+//! basics, and the text exposition of /metrics, /metrics/resource, /metrics/cadvisor and
+//! /metrics/probes.
+
+pub mod cadvisor;
+mod kubelet;
+pub mod process;
+pub mod registry;
+pub mod resource;
+pub mod text;
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+
+use crate::cri::api;
+use crate::runtime::labels;
+
+pub use kubelet::KubeletMetrics;
+
+/// The kubelet's metrics, created on first use.
+pub fn kubelet() -> &'static KubeletMetrics {
+    static METRICS: OnceLock<KubeletMetrics> = OnceLock::new();
+    METRICS.get_or_init(KubeletMetrics::new)
+}
+
+/// The /metrics exposition: kubelet families and process basics.
+pub fn render() -> String {
+    let mut families = kubelet().families();
+    families.extend(process::families());
+    text::encode(families)
+}
+
+/// /metrics/probes. Probes are not implemented yet, so the family has no series; its header
+/// says what will be there.
+pub fn render_probes() -> String {
+    let mut out = String::new();
+    text::write_header(
+        &mut out,
+        "prober_probe_total",
+        "[ALPHA] Cumulative number of a liveness, readiness or startup probe for a container by result.",
+        text::Kind::Counter,
+    );
+    out
+}
+
+/// Upstream's operation_type for a CRI method: snake case, with "PodSandbox" as one word
+/// (`RunPodSandbox` → `run_podsandbox`), and `update_container` for resource updates.
+pub fn operation_type(method: &str) -> String {
+    if method == "UpdateContainerResources" {
+        return "update_container".into();
+    }
+    let mut out = String::with_capacity(method.len() + 4);
+    for (i, ch) in method.chars().enumerate() {
+        if ch.is_ascii_uppercase() {
+            if i > 0 {
+                out.push('_');
+            }
+            out.push(ch.to_ascii_lowercase());
+        } else {
+            out.push(ch);
+        }
+    }
+    out.replace("pod_sandbox", "podsandbox")
+}
+
+/// Counts one CRI call, its failure and its duration.
+pub fn record_runtime_operation(method: &str, elapsed: Duration, failed: bool) {
+    let m = kubelet();
+    let op = operation_type(method);
+    m.runtime_operations.inc(&[&op]);
+    m.runtime_operations_duration
+        .observe(&[&op], elapsed.as_secs_f64());
+    if failed {
+        m.runtime_operations_errors.inc(&[&op]);
+    }
+}
+
+fn container_state(state: i32) -> &'static str {
+    match api::ContainerState::try_from(state) {
+        Ok(api::ContainerState::ContainerCreated) => "created",
+        Ok(api::ContainerState::ContainerRunning) => "running",
+        Ok(api::ContainerState::ContainerExited) => "exited",
+        _ => "unknown",
+    }
+}
+
+/// After a PLEG relist that started at `started`: relist duration and interval, the last-seen
+/// time, and the running pod and container gauges from what the relist saw.
+pub fn record_relist(
+    started: Instant,
+    sandboxes: &[api::PodSandbox],
+    containers: &[api::Container],
+) {
+    static LAST_START: Mutex<Option<Instant>> = Mutex::new(None);
+    let m = kubelet();
+    let previous = LAST_START
+        .lock()
+        .map(|mut last| last.replace(started))
+        .unwrap_or(None);
+    if let Some(prev) = previous {
+        m.pleg_relist_interval
+            .observe(&[], started.saturating_duration_since(prev).as_secs_f64());
+    }
+    m.pleg_relist_duration
+        .observe(&[], started.elapsed().as_secs_f64());
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    m.pleg_last_seen.set(&[], now);
+
+    let (pods, states) = running_counts(sandboxes, containers);
+    m.running_pods.set(&[], pods as f64);
+    for (state, n) in states {
+        m.running_containers.set(&[state], n as f64);
+    }
+}
+
+const CONTAINER_STATES: [&str; 4] = ["created", "running", "exited", "unknown"];
+
+/// Pods with a ready sandbox, and containers per state, among the kubelet's own objects
+/// (recognised by their pod UID label).
+pub fn running_counts(
+    sandboxes: &[api::PodSandbox],
+    containers: &[api::Container],
+) -> (usize, [(&'static str, usize); 4]) {
+    let ours = |l: &std::collections::HashMap<String, String>| l.contains_key(labels::POD_UID);
+    let ready = api::PodSandboxState::SandboxReady as i32;
+    let mut pods: Vec<&str> = sandboxes
+        .iter()
+        .filter(|s| s.state == ready)
+        .filter_map(|s| s.labels.get(labels::POD_UID).map(String::as_str))
+        .collect();
+    pods.sort_unstable();
+    pods.dedup();
+    let states = CONTAINER_STATES.map(|state| {
+        let n = containers
+            .iter()
+            .filter(|c| ours(&c.labels) && container_state(c.state) == state)
+            .count();
+        (state, n)
+    });
+    (pods.len(), states)
+}
+
+/// A pod sandbox is about to be created.
+pub fn record_pod_started() {
+    kubelet().started_pods.inc(&[]);
+}
+
+/// A container of `pod` is about to be created; its type as upstream labels it.
+pub fn record_container_started(pod: &Pod, container: &str) {
+    let spec = pod.spec.as_ref();
+    let in_list = |l: Option<&Vec<k8s_openapi::api::core::v1::Container>>| {
+        l.is_some_and(|l| l.iter().any(|c| c.name == container))
+    };
+    let kind = if in_list(spec.and_then(|s| s.init_containers.as_ref())) {
+        "init_container"
+    } else if spec
+        .and_then(|s| s.ephemeral_containers.as_ref())
+        .is_some_and(|l| l.iter().any(|c| c.name == container))
+    {
+        "ephemeral_container"
+    } else {
+        "container"
+    };
+    kubelet().started_containers.inc(&[kind]);
+}
+
+/// Every regular container of the pod is running.
+fn all_running(pod: &Pod, status: Option<&PodStatus>) -> bool {
+    let want = pod.spec.as_ref().map_or(0, |s| s.containers.len());
+    let running = status
+        .and_then(|s| s.container_statuses.as_ref())
+        .map_or(0, |l| {
+            l.iter()
+                .filter(|c| c.state.as_ref().is_some_and(|st| st.running.is_some()))
+                .count()
+        });
+    want > 0 && running >= want
+}
+
+/// Per pod worker: labels each sync (create, update, sync, kill) and observes the pod's start
+/// duration once, from the worker's start to all containers running.
+pub struct PodWorkerTracker {
+    first_seen: Instant,
+    last_spec: Option<Arc<Pod>>,
+    start_observed: bool,
+}
+
+/// One timed pass of a pod worker, observed when dropped (a pass cut short counts too).
+pub struct WorkerTimer {
+    operation: &'static str,
+    started: Instant,
+}
+
+impl WorkerTimer {
+    pub fn start(operation: &'static str) -> Self {
+        WorkerTimer {
+            operation,
+            started: Instant::now(),
+        }
+    }
+}
+
+impl Drop for WorkerTimer {
+    fn drop(&mut self) {
+        kubelet()
+            .pod_worker_duration
+            .observe(&[self.operation], self.started.elapsed().as_secs_f64());
+    }
+}
+
+impl Default for PodWorkerTracker {
+    fn default() -> Self {
+        PodWorkerTracker {
+            first_seen: Instant::now(),
+            last_spec: None,
+            start_observed: false,
+        }
+    }
+}
+
+impl PodWorkerTracker {
+    pub fn begin(&mut self, pod: &Arc<Pod>) -> WorkerTimer {
+        let operation = match &self.last_spec {
+            None => "create",
+            Some(p) if Arc::ptr_eq(p, pod) => "sync",
+            Some(_) => "update",
+        };
+        self.last_spec = Some(pod.clone());
+        WorkerTimer::start(operation)
+    }
+
+    /// Ends the pass; the first time every container runs, the pod's start is observed.
+    pub fn end(&mut self, t: WorkerTimer, pod: &Pod, status: Option<&PodStatus>) {
+        drop(t);
+        if !self.start_observed && all_running(pod, status) {
+            self.start_observed = true;
+            kubelet()
+                .pod_start_duration
+                .observe(&[], self.first_seen.elapsed().as_secs_f64());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

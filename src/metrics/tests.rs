@@ -1,0 +1,228 @@
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState, ContainerStateRunning, ContainerStatus, PodSpec,
+};
+
+use super::*;
+
+#[test]
+fn operation_types_are_upstreams() {
+    for (method, want) in [
+        ("Version", "version"),
+        ("RunPodSandbox", "run_podsandbox"),
+        ("StopPodSandbox", "stop_podsandbox"),
+        ("PodSandboxStatus", "podsandbox_status"),
+        ("ListPodSandbox", "list_podsandbox"),
+        ("ListPodSandboxStats", "list_podsandbox_stats"),
+        ("CreateContainer", "create_container"),
+        ("ListContainers", "list_containers"),
+        ("ListContainerStats", "list_container_stats"),
+        ("ExecSync", "exec_sync"),
+        ("ReopenContainerLog", "reopen_container_log"),
+        ("UpdateContainerResources", "update_container"),
+        ("ImageFsInfo", "image_fs_info"),
+        ("PullImage", "pull_image"),
+        ("Exec", "exec"),
+        ("PortForward", "port_forward"),
+    ] {
+        assert_eq!(operation_type(method), want, "{method}");
+    }
+}
+
+fn line_value(text: &str, prefix: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[test]
+fn runtime_operations_are_counted_with_errors_and_durations() {
+    record_runtime_operation("MetricsTestOp", Duration::from_millis(20), false);
+    record_runtime_operation("MetricsTestOp", Duration::from_millis(30), true);
+    let text = render();
+    let sel = "{operation_type=\"metrics_test_op\"}";
+    assert_eq!(
+        line_value(&text, &format!("kubelet_runtime_operations_total{sel}")),
+        Some(2.0)
+    );
+    assert_eq!(
+        line_value(
+            &text,
+            &format!("kubelet_runtime_operations_errors_total{sel}")
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        line_value(
+            &text,
+            "kubelet_runtime_operations_duration_seconds_count{operation_type=\"metrics_test_op\"}"
+        ),
+        Some(2.0)
+    );
+    assert!(text.contains(
+        "kubelet_runtime_operations_duration_seconds_bucket{operation_type=\"metrics_test_op\",le=\"0.0125\"} 0\n"
+    ));
+    assert!(text.contains(
+        "kubelet_runtime_operations_duration_seconds_bucket{operation_type=\"metrics_test_op\",le=\"0.03125\"} 2\n"
+    ));
+}
+
+#[test]
+fn metrics_text_has_the_families_with_types() {
+    kubelet().node_name.set(&["test-node"], 1.0);
+    let text = render();
+    for line in [
+        "# TYPE kubelet_running_pods gauge",
+        "# HELP kubelet_running_pods [ALPHA] Number of pods that have a running pod sandbox",
+        "# TYPE kubelet_pod_start_duration_seconds histogram",
+        "kubelet_pod_start_duration_seconds_bucket{le=\"0.5\"}",
+        "kubelet_pod_start_duration_seconds_bucket{le=\"3600\"}",
+        "# TYPE kubelet_pleg_relist_duration_seconds histogram",
+        "# TYPE kubelet_pleg_relist_interval_seconds histogram",
+        "# TYPE kubelet_pleg_last_seen_seconds gauge",
+        "# TYPE kubelet_started_pods_total counter",
+        "kubelet_node_name{node=\"test-node\"} 1",
+        "# TYPE process_cpu_seconds_total counter",
+        "# TYPE process_resident_memory_bytes gauge",
+        "# TYPE process_start_time_seconds gauge",
+    ] {
+        assert!(text.contains(line), "missing {line:?}");
+    }
+    assert!(render_probes().starts_with("# HELP prober_probe_total [ALPHA] "));
+    assert!(render_probes().contains("# TYPE prober_probe_total counter"));
+}
+
+fn labelled(uid: &str) -> HashMap<String, String> {
+    HashMap::from([(labels::POD_UID.to_string(), uid.to_string())])
+}
+
+#[test]
+fn relist_sets_running_gauges_and_timing() {
+    let sandboxes = vec![
+        api::PodSandbox {
+            id: "s1".into(),
+            state: api::PodSandboxState::SandboxReady as i32,
+            labels: labelled("a"),
+            ..Default::default()
+        },
+        api::PodSandbox {
+            id: "s2".into(),
+            state: api::PodSandboxState::SandboxNotready as i32,
+            labels: labelled("b"),
+            ..Default::default()
+        },
+        // Not the kubelet's: ignored.
+        api::PodSandbox {
+            id: "s3".into(),
+            state: api::PodSandboxState::SandboxReady as i32,
+            ..Default::default()
+        },
+    ];
+    let ctr = |state: api::ContainerState| api::Container {
+        state: state as i32,
+        labels: labelled("a"),
+        ..Default::default()
+    };
+    let containers = vec![
+        ctr(api::ContainerState::ContainerRunning),
+        ctr(api::ContainerState::ContainerRunning),
+        ctr(api::ContainerState::ContainerExited),
+    ];
+    let m = kubelet();
+    let before = m.pleg_relist_duration.count(&[]);
+    record_relist(Instant::now(), &sandboxes, &containers);
+    record_relist(Instant::now(), &sandboxes, &containers);
+    assert!(m.pleg_relist_duration.count(&[]) >= before + 2);
+    assert!(m.pleg_relist_interval.count(&[]) >= 1);
+    assert!(m.running_containers.get(&["unknown"]).is_some());
+    let (pods, states) = running_counts(&sandboxes, &containers);
+    assert_eq!(pods, 1);
+    assert_eq!(
+        states,
+        [
+            ("created", 0),
+            ("running", 2),
+            ("exited", 1),
+            ("unknown", 0)
+        ]
+    );
+    assert!(m.pleg_last_seen.get(&[]).unwrap_or(0.0) > 1.0e9);
+}
+
+fn pod(containers: &[&str], init: &[&str]) -> Pod {
+    let c = |n: &&str| Container {
+        name: n.to_string(),
+        ..Default::default()
+    };
+    Pod {
+        spec: Some(PodSpec {
+            containers: containers.iter().map(c).collect(),
+            init_containers: Some(init.iter().map(c).collect()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn running(names: &[&str]) -> PodStatus {
+    PodStatus {
+        container_statuses: Some(
+            names
+                .iter()
+                .map(|n| ContainerStatus {
+                    name: n.to_string(),
+                    state: Some(ContainerState {
+                        running: Some(ContainerStateRunning::default()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                })
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn worker_operations_and_start_observed_once() {
+    let m = kubelet();
+    let before = (
+        m.pod_worker_duration.count(&["create"]),
+        m.pod_worker_duration.count(&["update"]),
+        m.pod_worker_duration.count(&["sync"]),
+        m.pod_worker_duration.count(&["kill"]),
+    );
+    let p1 = Arc::new(pod(&["a", "b"], &[]));
+    let mut t = PodWorkerTracker::default();
+    let timer = t.begin(&p1);
+    t.end(timer, &p1, Some(&running(&["a"])));
+    assert!(!t.start_observed, "one of two running is not started");
+    let timer = t.begin(&p1);
+    t.end(timer, &p1, Some(&running(&["a", "b"])));
+    assert!(t.start_observed);
+    let p2 = Arc::new(pod(&["a", "b"], &[]));
+    let timer = t.begin(&p2);
+    t.end(timer, &p2, Some(&running(&["a", "b"])));
+    drop(WorkerTimer::start("kill"));
+    let after = (
+        m.pod_worker_duration.count(&["create"]),
+        m.pod_worker_duration.count(&["update"]),
+        m.pod_worker_duration.count(&["sync"]),
+        m.pod_worker_duration.count(&["kill"]),
+    );
+    assert!(after.0 > before.0 && after.1 > before.1 && after.2 > before.2 && after.3 > before.3);
+}
+
+#[test]
+fn container_types() {
+    let p = pod(&["app"], &["setup"]);
+    let m = kubelet();
+    let before = m.started_containers.get(&["init_container"]).unwrap_or(0.0);
+    record_container_started(&p, "setup");
+    assert!(m.started_containers.get(&["init_container"]).unwrap_or(0.0) > before);
+    let before = m.started_containers.get(&["container"]).unwrap_or(0.0);
+    record_container_started(&p, "app");
+    assert!(m.started_containers.get(&["container"]).unwrap_or(0.0) > before);
+}
