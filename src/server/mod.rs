@@ -57,8 +57,29 @@ impl ServerState {
     /// A state for handler tests: no pods, default settings, no API server.
     #[cfg(test)]
     pub fn for_tests(cri: RuntimeClient) -> Self {
+        // An empty cgroup v2 tree: handler tests never read cgroups, but the stats provider
+        // needs a manager.
+        let fs_root = std::env::temp_dir().join("krs-server-tests-fs");
+        let base = fs_root.join("sys/fs/cgroup");
+        let _ = std::fs::create_dir_all(&base);
+        let _ = std::fs::write(base.join("cgroup.controllers"), "cpu memory pids\n");
+        let cgroups = Arc::new(
+            crate::cm::CgroupManager::with_fs_root(&fs_root, "/", true)
+                .unwrap_or_else(|e| panic!("test cgroup tree: {e}")),
+        );
+        let status = Arc::new(StatusStore::default());
+        let stats = Arc::new(crate::stats::StatsProvider::new(
+            cri.clone(),
+            cgroups,
+            status.clone(),
+            std::env::temp_dir(),
+            "test-node".to_string(),
+            "/",
+            true,
+        ));
         ServerState {
-            status: Arc::new(StatusStore::default()),
+            stats,
+            status,
             sync_health: Arc::new(SyncLoopHealth::default()),
             pleg_health: Arc::new(PlegHealth::default()),
             sync_loop_deadline: Duration::from_secs(300),
