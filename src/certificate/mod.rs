@@ -6,7 +6,7 @@
 //! certificate once when built, so clients already running keep the old certificate and the
 //! new one takes effect at the next `apiclient::connect` (in practice, the next kubelet start).
 
-mod der;
+pub(crate) mod der;
 pub mod store;
 
 use std::path::{Path, PathBuf};
