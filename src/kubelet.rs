@@ -141,6 +141,17 @@ fn detect_node_ip(configured: &[IpAddr]) -> String {
     }
 }
 
+/// Addresses the self-signed serving certificate names: --node-ip and the detected node IP.
+fn serving_ips(configured: &[IpAddr], detected: &str) -> Vec<IpAddr> {
+    let mut ips = configured.to_vec();
+    if let Ok(ip) = detected.parse::<IpAddr>()
+        && !ips.contains(&ip)
+    {
+        ips.push(ip);
+    }
+    ips
+}
+
 fn machine_memory_bytes() -> i64 {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
@@ -254,6 +265,23 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
             (Some(client), Some(reloader))
         }
         None => (None, None),
+    };
+    // The API port's TLS and auth are settled before anything runs (bad settings stop the
+    // kubelet here, as upstream builds both first); the serving files then show in /configz,
+    // which upstream fills in with the generated pair's paths.
+    let mut served_settings = settings.clone();
+    let secure = if cfg.enable_server {
+        let ips = serving_ips(&flags.node_ip, &node_ip);
+        let (tls, files) = server::tls::server_config(cfg, &flags.cert_dir, &node_name, &ips)
+            .map_err(server::ServerError::from)?;
+        let auth = server::auth::KubeletAuth::from_config(cfg, &node_name, client.as_ref())
+            .map_err(server::ServerError::from)?;
+        served_settings.config.tls_cert_file = files.cert.to_string_lossy().into_owned();
+        served_settings.config.tls_private_key_file = files.key.to_string_lossy().into_owned();
+        let listener = server::bind(socket_addr(&cfg.address, cfg.port)?).await?;
+        Some((listener, tls, auth))
+    } else {
+        None
     };
     let mut tasks = JoinSet::new();
     // Events go to the API server when there is one; the log gets them either way.
@@ -429,11 +457,20 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         pleg_health,
         sync_loop_deadline: (cfg.sync_frequency.0 * 2).max(Duration::from_secs(300)),
         cri: cri.clone(),
-        settings: Arc::new(settings.clone()),
+        settings: Arc::new(served_settings),
         node_name: node_name.clone(),
         api: client.clone(),
         stats,
     };
+    if let Some((listener, tls, auth)) = secure {
+        let router = server::secure_router_with(state.clone(), auth);
+        let c = cancel.child_token();
+        tasks.spawn(async move {
+            if let Err(err) = server::tls::serve(listener, tls, router, c).await {
+                warn!(%err, "kubelet server stopped");
+            }
+        });
+    }
     if cfg.healthz_port > 0 {
         let addr = socket_addr(&cfg.healthz_bind_address, cfg.healthz_port)?;
         let listener = server::bind(addr).await?;

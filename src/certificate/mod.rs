@@ -5,7 +5,7 @@
 //! Rotation writes new files and repoints the `-current` symlink, then tells the kubelet's
 //! client to reconnect: a kube::Client reads its certificate once, when built.
 
-mod der;
+pub(crate) mod der;
 pub mod store;
 
 use std::path::{Path, PathBuf};

@@ -1,17 +1,23 @@
-//! The kubelet's HTTP servers: healthz on localhost and the unauthenticated read-only API.
+//! The kubelet's HTTP servers: healthz on localhost, the unauthenticated read-only API, and
+//! the authenticated API over TLS (`port`, 10250).
 
+pub mod auth;
+mod configz;
+mod fallbacks;
 mod healthz;
 mod logs;
 pub mod lookup;
 mod pods;
+mod runningpods;
 mod stats;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::routing::get;
+use axum::routing::{any, get};
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::Settings;
@@ -34,6 +40,10 @@ pub enum ServerError {
         #[source]
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    #[error(transparent)]
+    Auth(#[from] auth::AuthError),
 }
 
 #[derive(Clone)]
@@ -111,9 +121,12 @@ fn default_routes() -> Router<ServerState> {
 
 /// What only the authenticated port serves, and only with enableDebuggingHandlers: logs,
 /// exec/attach/port-forward, configz, running pods.
-#[allow(dead_code)]
 fn debugging_routes() -> Router<ServerState> {
-    Router::new().merge(logs::routes())
+    Router::new()
+        .route("/configz", any(configz::get))
+        .route("/runningpods", get(runningpods::list))
+        .route("/runningpods/", get(runningpods::list))
+        .merge(logs::routes())
 }
 
 pub fn healthz_router(state: ServerState) -> Router {
@@ -122,6 +135,40 @@ pub fn healthz_router(state: ServerState) -> Router {
 
 pub fn read_only_router(state: ServerState) -> Router {
     default_routes().with_state(state)
+}
+
+/// The authenticated port's routes: the default set, the debugging set when
+/// enableDebuggingHandlers is on, all behind authentication and authorization. Handlers find
+/// the caller as `Extension<auth::UserInfo>`, the TLS client certificates as
+/// `Extension<auth::x509::PeerCertificates>` and the peer address as
+/// `ConnectInfo<SocketAddr>`. Fails when the auth settings cannot work (no API client for a
+/// webhook mode, unreadable client CA file).
+pub fn secure_router(state: ServerState) -> Result<Router, ServerError> {
+    let kubelet_auth = auth::KubeletAuth::from_config(
+        &state.settings.config,
+        &state.node_name,
+        state.api.as_ref(),
+    )?;
+    Ok(secure_router_with(state, kubelet_auth))
+}
+
+/// [`secure_router`] with authentication and authorization built beforehand (the kubelet does
+/// so at start-up, before any pod runs, so bad settings stop it early).
+pub fn secure_router_with(state: ServerState, kubelet_auth: auth::KubeletAuth) -> Router {
+    let routes = if state.settings.config.enable_debugging_handlers {
+        default_routes().merge(debugging_routes())
+    } else {
+        default_routes().merge(fallbacks::debugging_disabled())
+    };
+    // The fallback goes in before the layer so unknown paths are authenticated too (401, not
+    // 404, for a stranger), as upstream's filter sees every request.
+    routes
+        .fallback(fallbacks::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(kubelet_auth),
+            auth::middleware,
+        ))
+        .with_state(state)
 }
 
 /// Binds first (so a taken port is a start-up error), then serves until cancelled.

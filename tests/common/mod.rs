@@ -77,6 +77,8 @@ pub struct Kubelet {
     pub cgroup_root: String,
     pub healthz_port: u16,
     pub ro_port: u16,
+    /// The authenticated API port (upstream's 10250).
+    pub port: u16,
     pub log_path: PathBuf,
     child: Option<Child>,
     runs: u32,
@@ -98,6 +100,7 @@ impl Kubelet {
             cgroup_root: "/krs-it".into(),
             healthz_port: free_port(),
             ro_port: free_port(),
+            port: free_port(),
             dir,
             child: None,
             runs: 0,
@@ -127,6 +130,9 @@ impl Kubelet {
                 "--node-ip=127.0.0.1",
                 &format!("--healthz-port={}", self.healthz_port),
                 &format!("--read-only-port={}", self.ro_port),
+                &format!("--port={}", self.port),
+                // The self-signed serving pair lands here rather than in /var/lib/kubelet/pki.
+                &format!("--cert-dir={}", self.dir.path().join("pki").display()),
                 "--file-check-frequency=2s",
                 "--fail-swap-on=false",
                 "--v=3",
@@ -284,6 +290,30 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let (head, body) = raw.split_once("\r\n\r\n")?;
     let code = head.split_whitespace().nth(1)?.parse().ok()?;
     Some((code, body.to_string()))
+}
+
+/// An HTTPS request to 127.0.0.1:`port` with curl (`-k` unless `extra` names a CA), returning
+/// status and body; `extra` adds curl arguments (client certificate, headers, method).
+pub fn https_get(port: u16, path: &str, extra: &[&str]) -> Option<(u16, String)> {
+    const MARK: &str = "\n__krs_status__";
+    let trusts_ca = extra.contains(&"--cacert");
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "10",
+            "-w",
+            &format!("{MARK}%{{http_code}}"),
+        ])
+        .args(if trusts_ca { &[][..] } else { &["-k"][..] })
+        .args(extra)
+        .arg(format!("https://127.0.0.1:{port}{path}"))
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once(MARK)?;
+    let code: u16 = code.trim().parse().ok()?;
+    (code != 0).then(|| (code, body.to_string()))
 }
 
 /// Pod sandboxes in the test containerd, via its own CLI so the check does not trust our client.

@@ -1,0 +1,401 @@
+//! The authenticated API port's TLS: the rustls configuration (serving certificate, versions,
+//! suites, client certificates requested but not required) and the accept loop that serves an
+//! axum router over it with HTTP/1.1 (upgrades included) and HTTP/2.
+
+pub mod cert;
+pub mod options;
+
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::ConnectInfo;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::{DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme};
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+use tracing::{debug, info, warn};
+
+use super::auth::x509::PeerCertificates;
+use crate::cli::config::KubeletConfiguration;
+pub use cert::ServingCertFiles;
+
+/// A client that connects and says nothing must not hold a task forever.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time for a request's headers to arrive once a connection is open or idle.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long stopping waits for requests in flight before dropping their connections.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error(
+        "tlsMinVersion {0} is not supported: kubelet-rs (rustls) serves TLS 1.2 and 1.3 only; use VersionTLS12 or VersionTLS13"
+    )]
+    UnsupportedVersion(String),
+    #[error("unknown tls version {0:?}")]
+    UnknownVersion(String),
+    #[error(
+        "cipher suite {0} is not supported by rustls (only ECDHE with AES-GCM or ChaCha20-Poly1305)"
+    )]
+    UnsupportedCipher(String),
+    #[error("Cipher suite {0} not supported or doesn't exist")]
+    UnknownCipher(String),
+    #[error("tlsCurvePreferences: curve {0} is not supported (23 P-256, 24 P-384, 29 X25519)")]
+    UnsupportedCurve(i32),
+    #[error("serving certificate: {0}")]
+    ServingCert(String),
+    #[error("generating the self-signed serving certificate: {0}")]
+    Generate(#[from] rcgen::Error),
+    #[error("writing the self-signed serving certificate")]
+    Write(#[from] crate::certificate::CertError),
+    #[error("TLS configuration: {0}")]
+    Rustls(#[from] rustls::Error),
+}
+
+/// Accepts any client certificate at the handshake, proving only that the client holds its
+/// key; whether the chain is trusted is decided per request by the x509 authenticator. That
+/// is upstream's RequestClientCert: an untrusted certificate gets 401, not a TLS failure, and
+/// the CA file can be reloaded without rebuilding the TLS configuration.
+struct RequestClientCert {
+    provider: Arc<CryptoProvider>,
+}
+
+impl fmt::Debug for RequestClientCert {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("RequestClientCert")
+    }
+}
+
+impl ClientCertVerifier for RequestClientCert {
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    // No CA names are sent: clients then offer whatever certificate they have, which is what
+    // a reloadable CA needs (the names would go stale after a rotation).
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+/// The ring provider cut down to the configured suites and curves.
+fn provider(cfg: &KubeletConfiguration, tls13_only: bool) -> Result<CryptoProvider, TlsError> {
+    let mut p = rustls::crypto::ring::default_provider();
+    if let Some(tls12) = options::tls12_suites(&cfg.tls_cipher_suites)? {
+        if tls13_only {
+            warn!("TLS 1.3 cipher suites are not configurable, ignoring tlsCipherSuites");
+        } else {
+            p.cipher_suites
+                .retain(|s| s.version() == &rustls::version::TLS13 || tls12.contains(s));
+        }
+    }
+    if let Some(groups) = options::kx_groups(&cfg.tls_curve_preferences)? {
+        p.kx_groups = groups;
+    }
+    Ok(p)
+}
+
+/// The server configuration and the certificate files it serves (for /configz, which shows
+/// the generated pair's paths as upstream does).
+pub fn server_config(
+    cfg: &KubeletConfiguration,
+    cert_dir: &std::path::Path,
+    host: &str,
+    ips: &[IpAddr],
+) -> Result<(Arc<ServerConfig>, ServingCertFiles), TlsError> {
+    if cfg.server_tls_bootstrap {
+        warn!(
+            "serverTLSBootstrap is not supported yet; serving with tlsCertFile or a self-signed certificate"
+        );
+    }
+    let mut versions = options::versions(&cfg.tls_min_version)?;
+    let provider = provider(cfg, versions == options::TLS13_ONLY)?;
+    // Only TLS 1.3 names were listed: nothing is left to speak TLS 1.2 with.
+    if !provider
+        .cipher_suites
+        .iter()
+        .any(|s| s.version() == &rustls::version::TLS12)
+    {
+        versions = options::TLS13_ONLY;
+    }
+    let provider = Arc::new(provider);
+    let serving = cert::serving_cert(
+        &cfg.tls_cert_file,
+        &cfg.tls_private_key_file,
+        cert_dir,
+        host,
+        ips,
+    )?;
+    let builder =
+        ServerConfig::builder_with_provider(provider.clone()).with_protocol_versions(versions)?;
+    let builder = if cfg.authentication.x509.client_ca_file.is_empty() {
+        builder.with_no_client_auth()
+    } else {
+        builder.with_client_cert_verifier(Arc::new(RequestClientCert { provider }))
+    };
+    let mut config = builder.with_single_cert(serving.chain, serving.key)?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok((Arc::new(config), serving.files))
+}
+
+/// Serves `router` over TLS until `cancel`; then lets requests in flight finish for a short
+/// while. Every connection runs in its own task; upgraded connections (exec, attach,
+/// port-forward) leave hyper's hands and have no timeout here.
+pub async fn serve(
+    listener: TcpListener,
+    tls: Arc<ServerConfig>,
+    router: Router,
+    cancel: CancellationToken,
+) -> Result<(), super::ServerError> {
+    let addr = listener
+        .local_addr()
+        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+    info!(%addr, "Serving securely");
+    let acceptor = TlsAcceptor::from(tls);
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, remote)) => {
+                    conns.spawn(serve_connection(acceptor.clone(), tcp, remote, router.clone(), cancel.clone()));
+                }
+                // Out of file descriptors and the like: pause rather than spin.
+                Err(err) => {
+                    warn!(%addr, %err, "Accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
+        while conns.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        debug!(%addr, left = conns.len(), "Dropping connections still open");
+        conns.abort_all();
+    }
+    Ok(())
+}
+
+async fn serve_connection(
+    acceptor: TlsAcceptor,
+    tcp: tokio::net::TcpStream,
+    remote: SocketAddr,
+    router: Router,
+    cancel: CancellationToken,
+) {
+    let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp));
+    let stream = tokio::select! {
+        _ = cancel.cancelled() => return,
+        r = handshake => match r {
+            Ok(Ok(s)) => s,
+            Ok(Err(err)) => {
+                debug!(%remote, %err, "TLS handshake failed");
+                return;
+            }
+            Err(_) => {
+                debug!(%remote, "TLS handshake timed out");
+                return;
+            }
+        },
+    };
+    let peer = PeerCertificates(Arc::new(
+        stream
+            .get_ref()
+            .1
+            .peer_certificates()
+            .map(|c| c.iter().map(|c| c.clone().into_owned()).collect())
+            .unwrap_or_default(),
+    ));
+    let service = router.map_request(move |mut req: axum::http::Request<hyper::body::Incoming>| {
+        req.extensions_mut().insert(peer.clone());
+        req.extensions_mut().insert(ConnectInfo(remote));
+        req.map(axum::body::Body::new)
+    });
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    let conn = builder
+        .serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service));
+    tokio::pin!(conn);
+    tokio::select! {
+        r = conn.as_mut() => {
+            if let Err(err) = r {
+                debug!(%remote, %err, "Connection ended with an error");
+            }
+        }
+        _ = cancel.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            if let Err(err) = conn.await {
+                debug!(%remote, %err, "Connection ended with an error while stopping");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::Extension;
+    use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair};
+    use rustls::pki_types::{PrivateKeyDer, ServerName};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn config(
+        dir: &std::path::Path,
+        client_ca: bool,
+    ) -> (Arc<ServerConfig>, CertificateDer<'static>) {
+        let mut cfg = KubeletConfiguration::legacy_flag_defaults();
+        if client_ca {
+            // Any file will do: the handshake does not read it (the authenticator does).
+            cfg.authentication.x509.client_ca_file = "/nonexistent".into();
+        }
+        let (tls, files) = server_config(&cfg, dir, "node-a", &[]).unwrap();
+        let pem = std::fs::read(&files.cert).unwrap();
+        use rustls::pki_types::pem::PemObject;
+        let ca = CertificateDer::pem_slice_iter(&pem)
+            .nth(1)
+            .unwrap()
+            .unwrap();
+        (tls, ca)
+    }
+
+    /// One HTTP/1.1 GET over TLS to 127.0.0.1, trusting `ca`, optionally with a client cert.
+    async fn get(port: u16, ca: CertificateDer<'static>, client_cert: bool) -> String {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots);
+        let client = if client_cert {
+            let key = KeyPair::generate().unwrap();
+            let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+            p.distinguished_name = DistinguishedName::new();
+            p.distinguished_name.push(DnType::CommonName, "someone");
+            let cert = p.self_signed(&key).unwrap();
+            let key = PrivateKeyDer::try_from(key.serialize_der()).unwrap();
+            builder
+                .with_client_auth_cert(vec![cert.der().clone()], key)
+                .unwrap()
+        } else {
+            builder.with_no_client_auth()
+        };
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let name = ServerName::try_from("127.0.0.1").unwrap();
+        let mut tls = connector.connect(name, tcp).await.unwrap();
+        tls.write_all(b"GET /who HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = String::new();
+        tls.read_to_string(&mut out).await.unwrap_or_default();
+        out
+    }
+
+    #[tokio::test]
+    async fn serves_over_tls_with_optional_client_certificates() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tls, ca) = config(dir.path(), true);
+        async fn who(Extension(p): Extension<PeerCertificates>) -> String {
+            format!("certs={}", p.0.len())
+        }
+        let router = Router::new().route("/who", axum::routing::get(who));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cancel = CancellationToken::new();
+        let server = tokio::spawn(serve(listener, tls, router, cancel.clone()));
+
+        let with = get(port, ca.clone(), true).await;
+        assert!(with.starts_with("HTTP/1.1 200"), "{with}");
+        assert!(with.ends_with("certs=1"), "{with}");
+        let without = get(port, ca, false).await;
+        assert!(without.ends_with("certs=0"), "{without}");
+
+        cancel.cancel();
+        let stopped = tokio::time::timeout(Duration::from_secs(10), server).await;
+        assert!(matches!(stopped, Ok(Ok(Ok(())))), "server stops on cancel");
+    }
+
+    #[test]
+    fn tls13_only_names_leave_only_tls13() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = KubeletConfiguration::legacy_flag_defaults();
+        cfg.tls_cipher_suites = vec!["TLS_AES_128_GCM_SHA256".into()];
+        let p = provider(&cfg, false).unwrap();
+        assert!(
+            p.cipher_suites
+                .iter()
+                .all(|s| s.version() == &rustls::version::TLS13)
+        );
+        assert!(server_config(&cfg, dir.path(), "n", &[]).is_ok());
+        cfg.tls_min_version = "VersionTLS11".into();
+        assert!(matches!(
+            server_config(&cfg, dir.path(), "n", &[]),
+            Err(TlsError::UnsupportedVersion(_))
+        ));
+    }
+}
