@@ -166,26 +166,16 @@ async fn cluster_mode_authenticates_and_authorizes_through_the_apiserver() {
     let env = cluster_env();
     let ca = env.get("KRS_CLUSTER_CA").expect("KRS_CLUSTER_CA").clone();
     let pki = Path::new(&ca).parent().unwrap().to_path_buf();
-    let node_ip = env
-        .get("KRS_NODE_IP")
-        .cloned()
-        .unwrap_or_else(|| "127.0.0.1".into());
     let client = admin_client().await;
 
     let mut k = Kubelet::new("apiauth-cluster");
     k.cgroup_root = "/krs-it-apiauth".into();
-    let kubeconfig = k.dir.path().join("kubelet.conf");
-    node_kubeconfig(AUTH_NODE, &kubeconfig);
-    k.start_with(&[
-        &format!("--kubeconfig={}", kubeconfig.display()),
-        &format!("--hostname-override={AUTH_NODE}"),
-        &format!("--node-ip={node_ip}"),
-        &format!("--client-ca-file={ca}"),
-        "--authentication-token-webhook",
-        "--authorization-mode=Webhook",
-        "--anonymous-auth=false",
-        "--authorization-webhook-cache-unauthorized-ttl=1s",
-    ]);
+    let mut flags = webhook_auth_flags();
+    flags.push("--authorization-webhook-cache-unauthorized-ttl=1s".into());
+    k.start_as_node(
+        AUTH_NODE,
+        &flags.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
     let port = k.port;
 
     let (code, body) = https_get(port, "/pods", &[]).expect("no credentials");

@@ -13,21 +13,6 @@ const MIRROR_NODE: &str = "krs-mirror-node";
 const STATIC: &str = "krs-static";
 const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
-fn start_in_cluster(k: &mut Kubelet) {
-    let env = cluster_env();
-    let kubeconfig = k.dir.path().join("kubelet.conf");
-    node_kubeconfig(MIRROR_NODE, &kubeconfig);
-    let node_ip = env
-        .get("KRS_NODE_IP")
-        .cloned()
-        .unwrap_or_else(|| "127.0.0.1".into());
-    k.start_with(&[
-        &format!("--kubeconfig={}", kubeconfig.display()),
-        &format!("--node-ip={node_ip}"),
-        &format!("--hostname-override={MIRROR_NODE}"),
-    ]);
-}
-
 fn running(p: &Pod) -> bool {
     p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
 }
@@ -52,7 +37,7 @@ async fn static_pods_have_mirror_pods_and_events() {
             "trap 'exit 0' TERM; while true; do sleep 1; done",
         ),
     );
-    start_in_cluster(&mut k);
+    k.start_as_node(MIRROR_NODE, &[]);
 
     let log = k.log_path.clone();
     let first = wait_async(Duration::from_secs(90), "a running mirror pod", || async {

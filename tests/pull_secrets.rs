@@ -110,21 +110,6 @@ impl Drop for HostsEntry {
     }
 }
 
-fn start_in_cluster(k: &mut Kubelet) {
-    let env = cluster_env();
-    let kubeconfig = k.dir.path().join("kubelet.conf");
-    node_kubeconfig(NODE, &kubeconfig);
-    let node_ip = env
-        .get("KRS_NODE_IP")
-        .cloned()
-        .unwrap_or_else(|| "127.0.0.1".into());
-    k.start_with(&[
-        &format!("--kubeconfig={}", kubeconfig.display()),
-        &format!("--node-ip={node_ip}"),
-        &format!("--hostname-override={NODE}"),
-    ]);
-}
-
 fn waiting_reason(p: &Pod) -> Option<String> {
     p.status
         .as_ref()?
@@ -166,7 +151,7 @@ async fn image_pull_secret_credentials_reach_the_registry() {
         .unwrap();
 
     let mut k = Kubelet::new("pull-secrets");
-    start_in_cluster(&mut k);
+    k.start_as_node(NODE, &[]);
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": POD},
         "spec": {

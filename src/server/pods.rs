@@ -7,7 +7,11 @@ use serde_json::json;
 use super::ServerState;
 
 pub async fn list(State(state): State<ServerState>) -> Response {
-    let items = state.status.pods();
+    pod_list(state.status.pods())
+}
+
+/// A v1 PodList response, as /pods and /runningpods/ answer.
+pub fn pod_list(items: Vec<k8s_openapi::api::core::v1::Pod>) -> Response {
     let body = json!({
         "kind": "PodList",
         "apiVersion": "v1",

@@ -9,7 +9,6 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use k8s_openapi::api::core::v1::{Container as ApiContainer, Pod, PodSpec};
-use serde_json::json;
 
 use super::ServerState;
 use crate::cri::api;
@@ -17,15 +16,7 @@ use crate::runtime::labels;
 
 pub async fn list(State(state): State<ServerState>) -> Response {
     match running_pods(&state).await {
-        Ok(items) => {
-            let body = json!({
-                "kind": "PodList",
-                "apiVersion": "v1",
-                "metadata": {},
-                "items": items,
-            });
-            ([("content-type", "application/json")], body.to_string()).into_response()
-        }
+        Ok(items) => super::pods::pod_list(items),
         Err(err) => (StatusCode::INTERNAL_SERVER_ERROR, err.to_string()).into_response(),
     }
 }

@@ -421,6 +421,43 @@ pub fn node_kubeconfig(node: &str, out: &Path) {
     assert!(status.success(), "kubelet-kubeconfig.sh failed");
 }
 
+impl Kubelet {
+    /// Starts the kubelet as `node` of the test control plane, with a node client certificate
+    /// (no TLS bootstrap) and the node IP the API server reaches it on, plus `extra` flags.
+    pub fn start_as_node(&mut self, node: &str, extra: &[&str]) {
+        let env = cluster_env();
+        let kubeconfig = self.dir.path().join("kubelet.conf");
+        node_kubeconfig(node, &kubeconfig);
+        let node_ip = env
+            .get("KRS_NODE_IP")
+            .cloned()
+            .unwrap_or_else(|| "127.0.0.1".into());
+        let mut args = vec![
+            format!("--kubeconfig={}", kubeconfig.display()),
+            format!("--node-ip={node_ip}"),
+            format!("--hostname-override={node}"),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.start_with(&refs);
+    }
+}
+
+/// The flags of a kubeadm node: client certificates from the cluster CA, bearer tokens by
+/// TokenReview, authorization by SubjectAccessReview, no anonymous access.
+pub fn webhook_auth_flags() -> Vec<String> {
+    let env = cluster_env();
+    let ca = env
+        .get("KRS_CLUSTER_CA")
+        .expect("KRS_CLUSTER_CA from env.sh");
+    vec![
+        format!("--client-ca-file={ca}"),
+        "--authentication-token-webhook=true".into(),
+        "--authorization-mode=Webhook".into(),
+        "--anonymous-auth=false".into(),
+    ]
+}
+
 pub async fn admin_client() -> kube::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let env = cluster_env();
