@@ -3,6 +3,7 @@
 mod healthz;
 pub mod lookup;
 mod pods;
+mod streaming;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -66,7 +67,7 @@ fn default_routes() -> Router<ServerState> {
 /// exec/attach/port-forward, configz, running pods.
 #[allow(dead_code)]
 fn debugging_routes() -> Router<ServerState> {
-    Router::new()
+    Router::new().merge(streaming::routes())
 }
 
 pub fn healthz_router(state: ServerState) -> Router {
