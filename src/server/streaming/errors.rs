@@ -94,7 +94,7 @@ impl StreamError {
 
     /// Errors met while proxying end with a newline, as Go's `http.Error` writes them there;
     /// the others are written bare, as go-restful does.
-    fn from_proxy(&self) -> bool {
+    fn met_while_proxying(&self) -> bool {
         use StreamError::*;
         matches!(
             self,
@@ -130,7 +130,7 @@ impl IntoResponse for StreamError {
             tracing::debug!(error = %self, %status, "streaming request refused");
         }
         let mut body = self.to_string();
-        if self.from_proxy() {
+        if self.met_while_proxying() {
             body.push('\n');
         }
         let mut resp = (status, body).into_response();
@@ -139,7 +139,7 @@ impl IntoResponse for StreamError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
-        if self.from_proxy() {
+        if self.met_while_proxying() {
             headers.insert(
                 header::X_CONTENT_TYPE_OPTIONS,
                 HeaderValue::from_static("nosniff"),

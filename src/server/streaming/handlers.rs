@@ -187,31 +187,33 @@ mod tests {
 
     #[test]
     fn attach_tty_comes_from_the_spec() {
-        let mut pod = Pod::default();
-        pod.spec = Some(PodSpec {
-            containers: vec![
-                Container {
-                    name: "shell".into(),
+        let pod = Pod {
+            spec: Some(PodSpec {
+                containers: vec![
+                    Container {
+                        name: "shell".into(),
+                        tty: Some(true),
+                        ..Default::default()
+                    },
+                    Container {
+                        name: "plain".into(),
+                        ..Default::default()
+                    },
+                ],
+                init_containers: Some(vec![Container {
+                    name: "init".into(),
                     tty: Some(true),
                     ..Default::default()
-                },
-                Container {
-                    name: "plain".into(),
+                }]),
+                ephemeral_containers: Some(vec![EphemeralContainer {
+                    name: "debug".into(),
+                    tty: Some(true),
                     ..Default::default()
-                },
-            ],
-            init_containers: Some(vec![Container {
-                name: "init".into(),
-                tty: Some(true),
+                }]),
                 ..Default::default()
-            }]),
-            ephemeral_containers: Some(vec![EphemeralContainer {
-                name: "debug".into(),
-                tty: Some(true),
-                ..Default::default()
-            }]),
+            }),
             ..Default::default()
-        });
+        };
         assert_eq!(spec_tty(&pod, "shell"), Some(true));
         assert_eq!(spec_tty(&pod, "plain"), Some(false));
         assert_eq!(spec_tty(&pod, "init"), Some(true));

@@ -11,6 +11,7 @@ use axum::http::{HeaderMap, HeaderValue, Response, StatusCode, Uri, header};
 use axum::response::IntoResponse;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::errors::StreamError;
@@ -22,10 +23,12 @@ const ERROR_BODY_DEADLINE: Duration = Duration::from_secs(10);
 const ERROR_BODY_LIMIT: usize = 1 << 20;
 
 const X_FORWARDED_FOR: &str = "x-forwarded-for";
+/// How long the other side of a stream may take to finish once one side is done.
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// Sends `req` to `target` and answers with the runtime's response. `timeout` bounds the
 /// connect and the wait for the runtime's response head; an upgraded connection has no time
-/// limit and lasts until either side closes.
+/// limit and lasts until either side closes (and the other has had a moment to finish).
 pub async fn forward(
     mut req: Request,
     target: &Uri,
@@ -164,8 +167,9 @@ async fn relay(resp: hyper::Response<hyper::body::Incoming>) -> axum::response::
     out
 }
 
-/// Copies bytes both ways between the upgraded client and runtime connections until either
-/// side is done, then drops both (closing them), as upstream does.
+/// Copies bytes both ways between the upgraded client and runtime connections. When one side
+/// is done the other gets an end of stream and a short grace to finish: closing a socket with
+/// the peer's last frames unread would reset the connection and lose data already sent.
 async fn splice(client: OnUpgrade, backend: OnUpgrade, target: Uri) {
     let (client, backend) = match tokio::try_join!(client, backend) {
         Ok(pair) => pair,
@@ -177,13 +181,51 @@ async fn splice(client: OnUpgrade, backend: OnUpgrade, target: Uri) {
     let (mut client_rx, mut client_tx) = tokio::io::split(TokioIo::new(client));
     let (mut backend_rx, mut backend_tx) = tokio::io::split(TokioIo::new(backend));
     tracing::debug!(%target, "stream connected");
-    tokio::select! {
-        r = tokio::io::copy(&mut client_rx, &mut backend_tx) => {
+    let runtime_done = tokio::select! {
+        r = pump(&mut client_rx, &mut backend_tx) => {
             tracing::debug!(%target, result = ?r, "client side of the stream ended");
+            if r.is_err() {
+                return;
+            }
+            false
         }
-        r = tokio::io::copy(&mut backend_rx, &mut client_tx) => {
+        r = pump(&mut backend_rx, &mut client_tx) => {
             tracing::debug!(%target, result = ?r, "runtime side of the stream ended");
+            if r.is_err() {
+                return;
+            }
+            true
         }
+    };
+    let finish = async {
+        if runtime_done {
+            // The runtime has nothing more to say; what the client still sends goes nowhere.
+            client_tx.shutdown().await?;
+            pump(&mut client_rx, &mut tokio::io::sink()).await
+        } else {
+            backend_tx.shutdown().await?;
+            pump(&mut backend_rx, &mut client_tx).await
+        }
+    };
+    let _ = tokio::time::timeout(CLOSE_GRACE, finish).await;
+}
+
+/// Copies `from` to `to` until `from` ends, passing each read on at once.
+async fn pump<R, W>(from: &mut R, to: &mut W) -> std::io::Result<u64>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut total = 0u64;
+    loop {
+        let n = from.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(total);
+        }
+        to.write_all(&buf[..n]).await?;
+        to.flush().await?;
+        total += n as u64;
     }
 }
 
@@ -192,7 +234,7 @@ mod tests {
     use super::*;
     use axum::Router;
     use axum::routing::any;
-    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    use tokio::io::{AsyncBufReadExt, BufReader};
     use tokio::net::TcpListener;
 
     const STEP: Duration = Duration::from_secs(10);
@@ -224,10 +266,20 @@ mod tests {
         addr
     }
 
+    /// What the runtime stand-in does after its answer.
+    #[derive(Clone, Copy)]
+    enum Then {
+        /// Echo until the client's end of stream, then send these bytes and close.
+        Echo(&'static [u8]),
+        /// Close at once.
+        Close,
+    }
+
     /// A runtime stand-in: reads one request head, sends it back on `heads`, answers with
-    /// `answer`, then echoes whatever arrives.
+    /// `answer`, then does `then`.
     async fn fake_runtime(
         answer: &'static str,
+        then: Then,
     ) -> (SocketAddr, tokio::sync::mpsc::Receiver<String>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -250,12 +302,16 @@ mod tests {
                     if sock.write_all(answer.as_bytes()).await.is_err() {
                         return;
                     }
+                    let Then::Echo(last_words) = then else {
+                        return;
+                    };
                     let mut buf = [0u8; 1024];
                     while let Ok(n) = sock.read(&mut buf).await {
                         if n == 0 || sock.write_all(&buf[..n]).await.is_err() {
                             break;
                         }
                     }
+                    let _ = sock.write_all(last_words).await;
                 });
             }
         });
@@ -304,6 +360,7 @@ mod tests {
         let (runtime, mut heads) = fake_runtime(
             "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\
              X-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\nhello",
+            Then::Echo(b"bye"),
         )
         .await;
         let proxy = proxy_to(format!("http://{runtime}/exec/tok3n?x=1")).await;
@@ -348,8 +405,37 @@ mod tests {
             assert_eq!(read_exact_in_time(&mut sock, msg.len()).await, msg);
         }
 
-        // Closing the client ends the session; the runtime side then sees EOF.
-        drop(sock);
+        // The client's end of stream reaches the runtime, and what the runtime still sends
+        // then reaches the client before the connection closes.
+        sock.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        tokio::time::timeout(STEP, sock.read_to_end(&mut rest))
+            .await
+            .expect("closed in time")
+            .expect("read");
+        assert_eq!(rest, b"bye");
+    }
+
+    #[tokio::test]
+    async fn the_runtime_closing_ends_the_client_connection() {
+        let (runtime, _heads) = fake_runtime(
+            "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\r\ndone",
+            Then::Close,
+        )
+        .await;
+        let proxy = proxy_to(format!("http://{runtime}/exec/t")).await;
+        let mut sock = TcpStream::connect(proxy).await.unwrap();
+        sock.write_all(UPGRADE_REQUEST.as_bytes()).await.unwrap();
+        let head = read_head(&mut sock).await;
+        assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+        let mut rest = Vec::new();
+        tokio::time::timeout(STEP, sock.read_to_end(&mut rest))
+            .await
+            .expect("end of stream in time")
+            .expect("read");
+        assert_eq!(rest, b"done");
+        // The client's last words after the runtime left are taken, not refused.
+        sock.write_all(b"late frame").await.unwrap();
     }
 
     #[tokio::test]
@@ -357,6 +443,7 @@ mod tests {
         let (runtime, _heads) = fake_runtime(
             "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nX-Why: token\r\n\
              Content-Length: 13\r\n\r\ntoken expired",
+            Then::Close,
         )
         .await;
         let proxy = proxy_to(format!("http://{runtime}/exec/old")).await;
@@ -371,8 +458,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_success_without_upgrade_is_an_error() {
-        let (runtime, _heads) =
-            fake_runtime("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await;
+        let (runtime, _heads) = fake_runtime(
+            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+            Then::Close,
+        )
+        .await;
         let proxy = proxy_to(format!("http://{runtime}/exec/t")).await;
         let mut sock = TcpStream::connect(proxy).await.unwrap();
         sock.write_all(UPGRADE_REQUEST.as_bytes()).await.unwrap();
