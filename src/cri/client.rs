@@ -109,6 +109,14 @@ fn whole_secs(d: Duration) -> i64 {
     i64::try_from(secs).unwrap_or(i64::MAX)
 }
 
+/// A streaming call's answer is useless without a URL; the CRI requires one.
+fn streaming_url(op: &'static str, url: String) -> Result<String, CriError> {
+    if url.is_empty() {
+        return Err(invalid(op, "URL is not set"));
+    }
+    Ok(url)
+}
+
 fn image_spec(image: &str) -> Option<api::ImageSpec> {
     Some(api::ImageSpec {
         image: image.to_string(),
@@ -373,6 +381,41 @@ impl RuntimeClient {
             c.exec_sync(req),
         )
         .await
+    }
+
+    /// Asks the runtime to prepare a streaming exec and returns the URL its
+    /// streaming server will serve it on. The call only registers the request;
+    /// the command starts when a client connects to the URL.
+    pub async fn exec(&self, req: api::ExecRequest) -> Result<String, CriError> {
+        const OP: &str = "Exec";
+        let mut c = self.runtime.clone();
+        let resp = call(OP, self.timeout, c.exec(req)).await?;
+        streaming_url(OP, resp.url)
+    }
+
+    /// Like [`Self::exec`], for attaching to the container's main process.
+    pub async fn attach(&self, req: api::AttachRequest) -> Result<String, CriError> {
+        const OP: &str = "Attach";
+        let mut c = self.runtime.clone();
+        let resp = call(OP, self.timeout, c.attach(req)).await?;
+        streaming_url(OP, resp.url)
+    }
+
+    /// Like [`Self::exec`], for forwarding `ports` into the sandbox's network
+    /// namespace. An empty `ports` lets the client name ports per stream (SPDY).
+    pub async fn port_forward(
+        &self,
+        pod_sandbox_id: &str,
+        ports: Vec<i32>,
+    ) -> Result<String, CriError> {
+        const OP: &str = "PortForward";
+        let mut c = self.runtime.clone();
+        let req = api::PortForwardRequest {
+            pod_sandbox_id: pod_sandbox_id.to_string(),
+            port: ports,
+        };
+        let resp = call(OP, self.timeout, c.port_forward(req)).await?;
+        streaming_url(OP, resp.url)
     }
 
     pub async fn reopen_container_log(&self, id: &str) -> Result<(), CriError> {

@@ -10,6 +10,7 @@ pub mod lookup;
 mod pods;
 mod runningpods;
 mod stats;
+mod streaming;
 pub mod tls;
 
 use std::net::SocketAddr;
@@ -127,6 +128,7 @@ fn debugging_routes() -> Router<ServerState> {
         .route("/runningpods", get(runningpods::list))
         .route("/runningpods/", get(runningpods::list))
         .merge(logs::routes())
+        .merge(streaming::routes())
 }
 
 pub fn healthz_router(state: ServerState) -> Router {
