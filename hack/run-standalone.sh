@@ -60,6 +60,8 @@ main() {
 
 kubelet-rs runs static pods from $DEMO/manifests on $KRS_CONTAINERD_SOCK. To watch it:
   curl -s localhost:10255/pods
+  curl -s localhost:10255/stats/summary
+  curl -sk https://localhost:10250/containerLogs/default/demo-$node/clock
   ls /var/log/pods/
   tail -f /var/log/pods/default_demo-*/*/0.log
   ctr --address $KRS_CONTAINERD_SOCK -n k8s.io containers ls
@@ -70,6 +72,7 @@ HINT
 		--pod-manifest-path "$DEMO/manifests" \
 		--container-runtime-endpoint "$CONTAINER_RUNTIME_ENDPOINT" \
 		--root-dir "$DEMO/root" \
+		--cert-dir "$DEMO/pki" \
 		--cgroup-root /kubelet-rs \
 		--read-only-port 10255 \
 		--fail-swap-on=false \
