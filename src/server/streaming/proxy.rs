@@ -45,6 +45,8 @@ pub async fn forward(
         .await
         .map_err(|_| StreamError::Dial(format!("connect to {addr} timed out after {timeout:?}")))?
         .map_err(|e| StreamError::Dial(format!("dial tcp {addr}: {e}")))?;
+    // Interactive streams are many small frames; Nagle would hold each behind an ACK.
+    let _ = tcp.set_nodelay(true);
     let mut resp = tokio::time::timeout(timeout, send(tcp, backend_req))
         .await
         .map_err(|_| {

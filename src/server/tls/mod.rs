@@ -242,6 +242,9 @@ async fn serve_connection(
     router: Router,
     cancel: CancellationToken,
 ) {
+    // Small writes (TLS records, stream frames) must not wait for the peer's delayed ACK:
+    // with Nagle on, every request/response turn can stall ~40 ms. Go servers disable it too.
+    let _ = tcp.set_nodelay(true);
     let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp));
     let stream = tokio::select! {
         _ = cancel.cancelled() => return,
