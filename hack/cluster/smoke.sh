@@ -304,10 +304,13 @@ time_ms() {
 }
 
 bench_api() {
-	local pod i exec=() logs=() raw=() url
+	local pod i exec=() logs=() raw=() direct=() url container kubelet_url
 	cl_load_ports
 	pod="$(k get pods -l "app=$DEPLOYMENT" -o 'jsonpath={.items[0].metadata.name}')"
+	container="$(k get pod "$pod" -o 'jsonpath={.spec.containers[0].name}')"
 	url="$CL_APISERVER_URL/api/v1/namespaces/default/pods/$pod/log"
+	# The same request straight to the kubelet, as the apiserver sends it: the kubelet's own share.
+	kubelet_url="https://$NODE_IP:$KUBELET_PORT/containerLogs/default/$pod/$container"
 	# Warm-up: the first exec pays for connections and caches on both sides.
 	time_ms k exec "$pod" -- true >/dev/null
 	for ((i = 0; i < BENCH_ROUNDS; i++)); do
@@ -315,10 +318,13 @@ bench_api() {
 		logs+=("$(time_ms k logs "$pod")")
 		raw+=("$(time_ms curl -sf --cacert "$CL_PKI/ca.crt" --cert "$CL_PKI/admin.crt" \
 			--key "$CL_PKI/admin.key" "$url")")
+		direct+=("$(time_ms curl -sfk --cert "$CL_PKI/apiserver-kubelet-client.crt" \
+			--key "$CL_PKI/apiserver-kubelet-client.key" "$kubelet_url")")
 	done
 	stats "kubectl exec -- true" "${exec[@]}"
 	stats "kubectl logs" "${logs[@]}"
 	stats "GET pods/log (curl)" "${raw[@]}"
+	stats "GET containerLogs (kubelet)" "${direct[@]}"
 }
 
 run_node_kubelet() {
