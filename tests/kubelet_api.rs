@@ -321,6 +321,17 @@ async fn kubectl_logs_exec_attach_port_forward_and_stats() {
         &format!("/api/v1/nodes/{API_NODE}/proxy/metrics"),
     ]);
     assert!(metrics.contains("kubelet_running_pods"), "{metrics}");
+    // The API server's calls above were counted by path, stream ones as long-running.
+    let counted = |path: &str, long: &str| {
+        metrics.lines().any(|l| {
+            l.starts_with("kubelet_http_requests_total{")
+                && l.contains(&format!("path=\"{path}\""))
+                && l.contains("server_type=\"readwrite\"")
+                && l.contains(&format!("long_running=\"{long}\""))
+        })
+    };
+    assert!(counted("containerLogs", "false"), "{metrics}");
+    assert!(counted("exec", "true"), "{metrics}");
 
     // A missing pod or container is a 404, at once.
     for path in [

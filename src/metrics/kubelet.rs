@@ -20,6 +20,9 @@ const fn alpha(name: &'static str, help: &'static str, labels: &'static [&'stati
 }
 
 const OPERATION: &[&str] = &["operation_type"];
+/// The kubelet API's request labels; every value comes from a fixed set (see
+/// server::http_metrics), so the series stay few.
+pub const HTTP_LABELS: &[&str] = &["method", "path", "server_type", "long_running"];
 
 pub struct KubeletMetrics {
     pub node_name: Scalar,
@@ -35,6 +38,9 @@ pub struct KubeletMetrics {
     pub runtime_operations_duration: Histogram,
     pub started_pods: Scalar,
     pub started_containers: Scalar,
+    pub http_requests: Scalar,
+    pub http_requests_duration: Histogram,
+    pub http_inflight_requests: Scalar,
 }
 
 impl KubeletMetrics {
@@ -120,6 +126,24 @@ impl KubeletMetrics {
                 "Cumulative number of containers started",
                 &["container_type"],
             )),
+            http_requests: Scalar::counter(alpha(
+                "kubelet_http_requests_total",
+                "Number of the http requests received since the server started",
+                HTTP_LABELS,
+            )),
+            http_requests_duration: Histogram::new(
+                alpha(
+                    "kubelet_http_requests_duration_seconds",
+                    "Duration in seconds to serve http requests",
+                    HTTP_LABELS,
+                ),
+                DEF_BUCKETS,
+            ),
+            http_inflight_requests: Scalar::gauge(alpha(
+                "kubelet_http_inflight_requests",
+                "Number of the inflight http requests",
+                HTTP_LABELS,
+            )),
         }
     }
 
@@ -138,6 +162,9 @@ impl KubeletMetrics {
             self.runtime_operations_duration.family(),
             self.started_pods.family(),
             self.started_containers.family(),
+            self.http_requests.family(),
+            self.http_requests_duration.family(),
+            self.http_inflight_requests.family(),
         ]
     }
 }

@@ -5,6 +5,7 @@ pub mod auth;
 mod configz;
 mod fallbacks;
 mod healthz;
+mod http_metrics;
 mod logs;
 pub mod lookup;
 mod pods;
@@ -136,7 +137,12 @@ pub fn healthz_router(state: ServerState) -> Router {
 }
 
 pub fn read_only_router(state: ServerState) -> Router {
-    default_routes().with_state(state)
+    default_routes()
+        .layer(axum::middleware::from_fn_with_state(
+            "readonly",
+            http_metrics::record,
+        ))
+        .with_state(state)
 }
 
 /// The authenticated port's routes: the default set, the debugging set when
@@ -169,6 +175,11 @@ pub fn secure_router_with(state: ServerState, kubelet_auth: auth::KubeletAuth) -
         .layer(axum::middleware::from_fn_with_state(
             Arc::new(kubelet_auth),
             auth::middleware,
+        ))
+        // Outermost, so refused requests count too, as upstream counts before its filters.
+        .layer(axum::middleware::from_fn_with_state(
+            "readwrite",
+            http_metrics::record,
         ))
         .with_state(state)
 }
