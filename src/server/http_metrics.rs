@@ -71,16 +71,36 @@ pub async fn record(State(server_type): State<&'static str>, req: Request, next:
     } else {
         "false"
     };
-    let labels = [method, path, server_type, long_running];
-    let m = crate::metrics::kubelet();
-    m.http_requests.inc(&labels);
-    m.http_inflight_requests.add(&labels, 1.0);
-    let started = Instant::now();
-    let response = next.run(req).await;
-    m.http_inflight_requests.add(&labels, -1.0);
-    m.http_requests_duration
-        .observe(&labels, started.elapsed().as_secs_f64());
-    response
+    let _in_flight = InFlight::start([method, path, server_type, long_running]);
+    next.run(req).await
+}
+
+/// Counts a request in on creation and out on drop, so a request whose future is dropped
+/// (the client went away mid-way) still leaves the in-flight gauge and gets its duration.
+struct InFlight {
+    labels: [&'static str; 4],
+    started: Instant,
+}
+
+impl InFlight {
+    fn start(labels: [&'static str; 4]) -> Self {
+        let m = crate::metrics::kubelet();
+        m.http_requests.inc(&labels);
+        m.http_inflight_requests.add(&labels, 1.0);
+        InFlight {
+            labels,
+            started: Instant::now(),
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let m = crate::metrics::kubelet();
+        m.http_inflight_requests.add(&self.labels, -1.0);
+        m.http_requests_duration
+            .observe(&self.labels, self.started.elapsed().as_secs_f64());
+    }
 }
 
 #[cfg(test)]
@@ -99,6 +119,17 @@ mod tests {
         assert_eq!(path_bucket("/wp-admin/x"), "other");
         assert_eq!(method_bucket("GET"), "GET");
         assert_eq!(method_bucket("BREW"), "other");
+    }
+
+    #[test]
+    fn a_dropped_request_leaves_the_in_flight_gauge() {
+        let labels = ["DELETE", "debug", "readonly", "true"];
+        let m = crate::metrics::kubelet();
+        let guard = InFlight::start(labels);
+        assert_eq!(m.http_inflight_requests.get(&labels), Some(1.0));
+        drop(guard);
+        assert_eq!(m.http_inflight_requests.get(&labels), Some(0.0));
+        assert_eq!(m.http_requests_duration.count(&labels), 1);
     }
 
     #[tokio::test]

@@ -123,12 +123,12 @@ fn default_routes() -> Router<ServerState> {
 
 /// What only the authenticated port serves, and only with enableDebuggingHandlers: logs,
 /// exec/attach/port-forward, configz, running pods.
-fn debugging_routes() -> Router<ServerState> {
+fn debugging_routes(system_logs: bool) -> Router<ServerState> {
     Router::new()
         .route("/configz", any(configz::get))
         .route("/runningpods", get(runningpods::list))
         .route("/runningpods/", get(runningpods::list))
-        .merge(logs::routes())
+        .merge(logs::routes(system_logs))
         .merge(streaming::routes())
 }
 
@@ -136,8 +136,12 @@ pub fn healthz_router(state: ServerState) -> Router {
     healthz_routes().with_state(state)
 }
 
+/// The read-only port: the default routes; the debugging paths answer 405 as upstream's
+/// unauthenticated server does.
 pub fn read_only_router(state: ServerState) -> Router {
     default_routes()
+        .merge(fallbacks::debugging_disabled())
+        .fallback(fallbacks::not_found)
         .layer(axum::middleware::from_fn_with_state(
             "readonly",
             http_metrics::record,
@@ -163,8 +167,9 @@ pub fn secure_router(state: ServerState) -> Result<Router, ServerError> {
 /// [`secure_router`] with authentication and authorization built beforehand (the kubelet does
 /// so at start-up, before any pod runs, so bad settings stop it early).
 pub fn secure_router_with(state: ServerState, kubelet_auth: auth::KubeletAuth) -> Router {
-    let routes = if state.settings.config.enable_debugging_handlers {
-        default_routes().merge(debugging_routes())
+    let cfg = &state.settings.config;
+    let routes = if cfg.enable_debugging_handlers {
+        default_routes().merge(debugging_routes(cfg.enable_system_log_handler))
     } else {
         default_routes().merge(fallbacks::debugging_disabled())
     };
@@ -208,4 +213,60 @@ pub async fn serve(
         .with_graceful_shutdown(async move { cancel.cancelled().await })
         .await
         .map_err(|source| ServerError::Serve { addr, source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower::ServiceExt;
+
+    fn state(configure: impl FnOnce(&mut crate::cli::KubeletConfiguration)) -> ServerState {
+        let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:1").connect_lazy();
+        let cri = RuntimeClient::from_channels(channel.clone(), channel, Duration::from_secs(1));
+        let mut state = ServerState::for_tests(cri);
+        let mut settings = (*state.settings).clone();
+        configure(&mut settings.config);
+        state.settings = Arc::new(settings);
+        state
+    }
+
+    async fn status(router: Router, path: &str) -> (u16, String) {
+        let req = axum::http::Request::get(path)
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let resp = router.oneshot(req).await.unwrap();
+        let code = resp.status().as_u16();
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        (code, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    #[tokio::test]
+    async fn read_only_port_refuses_debugging_paths_like_upstream() {
+        let router = read_only_router(state(|_| {}));
+        let (code, body) = status(router.clone(), "/exec/ns/pod/c?command=ls").await;
+        assert_eq!(
+            (code, body.as_str()),
+            (405, "Debug endpoints are disabled.\n")
+        );
+        assert_eq!(status(router.clone(), "/logs/syslog").await.0, 405);
+        assert_eq!(status(router.clone(), "/configz").await.0, 404);
+        assert_eq!(status(router, "/pods").await.0, 200);
+    }
+
+    #[tokio::test]
+    async fn system_log_handler_off_closes_logs_only() {
+        let st = state(|c| {
+            c.enable_system_log_handler = false;
+            c.authorization.mode = "AlwaysAllow".into();
+            c.authentication.anonymous.enabled = true;
+            c.authentication.webhook.enabled = false;
+        });
+        let router = secure_router(st).unwrap();
+        let (code, body) = status(router.clone(), "/logs/").await;
+        assert_eq!((code, body.as_str()), (405, "logs endpoint is disabled.\n"));
+        // Container logs stay: a missing pod is a 404, not a 405.
+        assert_eq!(status(router, "/containerLogs/ns/nope/c").await.0, 404);
+    }
 }

@@ -84,20 +84,36 @@ impl IntoResponse for LogsError {
     }
 }
 
-/// The log endpoints, with /logs/ serving the node's /var/log.
-pub fn routes() -> Router<ServerState> {
-    routes_with_root(PathBuf::from(NODE_LOG_DIR))
+/// The log endpoints, with /logs/ serving the node's /var/log when `system_logs` is on
+/// (enableSystemLogHandler).
+pub fn routes(system_logs: bool) -> Router<ServerState> {
+    let containers = Router::new().route(
+        "/containerLogs/{namespace}/{pod}/{container}",
+        get(containers::get),
+    );
+    if system_logs {
+        containers.merge(system_log_routes(PathBuf::from(NODE_LOG_DIR)))
+    } else {
+        containers.merge(system_logs_disabled())
+    }
 }
 
-/// The log endpoints with /logs/ serving `root`.
+/// The log endpoints with /logs/ serving `root` (tests use a temporary folder).
+#[cfg(test)]
 pub fn routes_with_root(root: PathBuf) -> Router<ServerState> {
-    let root = Arc::new(root);
-    let top = root.clone();
     Router::new()
         .route(
             "/containerLogs/{namespace}/{pod}/{container}",
             get(containers::get),
         )
+        .merge(system_log_routes(root))
+}
+
+/// /logs/: files and listings below `root`.
+fn system_log_routes(root: PathBuf) -> Router<ServerState> {
+    let root = Arc::new(root);
+    let top = root.clone();
+    Router::new()
         .route("/logs", get(files::to_slash))
         .route(
             "/logs/",
@@ -113,4 +129,20 @@ pub fn routes_with_root(root: PathBuf) -> Router<ServerState> {
                 async move { files::serve(&root, &path, &uri).await }
             }),
         )
+}
+
+/// With enableSystemLogHandler off, upstream still answers /logs, with 405 and this text.
+fn system_logs_disabled() -> Router<ServerState> {
+    async fn disabled() -> Response {
+        (
+            StatusCode::METHOD_NOT_ALLOWED,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            "logs endpoint is disabled.\n",
+        )
+            .into_response()
+    }
+    Router::new()
+        .route("/logs", axum::routing::any(disabled))
+        .route("/logs/", axum::routing::any(disabled))
+        .route("/logs/{*path}", axum::routing::any(disabled))
 }
