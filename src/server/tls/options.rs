@@ -1,10 +1,14 @@
 //! tlsMinVersion, tlsCipherSuites and tlsCurvePreferences, from upstream's (Go) names to
-//! what rustls offers. rustls speaks TLS 1.2 and 1.3 with AEAD suites only; asking for
-//! anything older is a start-up error rather than a silent upgrade.
+//! what rustls offers. rustls speaks TLS 1.2 and 1.3 with AEAD suites only. Hardened
+//! configurations written for upstream (CIS lists static-RSA GCM suites, older minimums,
+//! P-521) must still start, so what rustls lacks is skipped with a warning; only a list left
+//! with nothing usable, or a name Go does not know either, stops the kubelet.
 
 use rustls::crypto::SupportedKxGroup;
 use rustls::crypto::ring::{cipher_suite as cs, kx_group};
 use rustls::{SupportedCipherSuite, SupportedProtocolVersion};
+
+use tracing::warn;
 
 use super::TlsError;
 
@@ -17,7 +21,13 @@ pub fn versions(min: &str) -> Result<&'static [&'static SupportedProtocolVersion
     match min {
         "" | "VersionTLS12" => Ok(TLS12_AND_13),
         "VersionTLS13" => Ok(TLS13_ONLY),
-        "VersionTLS10" | "VersionTLS11" => Err(TlsError::UnsupportedVersion(min.to_string())),
+        "VersionTLS10" | "VersionTLS11" => {
+            warn!(
+                tls_min_version = min,
+                "TLS 1.0 and 1.1 are not served (rustls); the minimum is TLS 1.2"
+            );
+            Ok(TLS12_AND_13)
+        }
         other => Err(TlsError::UnknownVersion(other.to_string())),
     }
 }
@@ -70,18 +80,23 @@ pub fn tls12_suites(names: &[String]) -> Result<Option<Vec<SupportedCipherSuite>
         return Ok(None);
     }
     let mut out = Vec::new();
+    let mut usable = false;
     for name in names {
         match known_suite(name) {
             Some(suite) => {
+                usable = true;
                 if suite.version() == &rustls::version::TLS12 && !out.contains(&suite) {
                     out.push(suite);
                 }
             }
             None if GO_ONLY_SUITES.contains(&name.as_str()) => {
-                return Err(TlsError::UnsupportedCipher(name.clone()));
+                warn!(cipher_suite = %name, "Cipher suite not offered: rustls does not implement it");
             }
             None => return Err(TlsError::UnknownCipher(name.clone())),
         }
+    }
+    if !usable {
+        return Err(TlsError::UnsupportedCipher(names.join(", ")));
     }
     Ok(Some(out))
 }
@@ -91,15 +106,25 @@ pub fn kx_groups(ids: &[i32]) -> Result<Option<Vec<&'static dyn SupportedKxGroup
     if ids.is_empty() {
         return Ok(None);
     }
-    ids.iter()
-        .map(|id| match id {
-            23 => Ok(kx_group::SECP256R1),
-            24 => Ok(kx_group::SECP384R1),
-            29 => Ok(kx_group::X25519),
-            other => Err(TlsError::UnsupportedCurve(*other)),
+    let groups: Vec<&'static dyn SupportedKxGroup> = ids
+        .iter()
+        .filter_map(|id| match id {
+            23 => Some(kx_group::SECP256R1),
+            24 => Some(kx_group::SECP384R1),
+            29 => Some(kx_group::X25519),
+            other => {
+                warn!(
+                    curve = other,
+                    "Curve not offered: rustls does not implement it"
+                );
+                None
+            }
         })
-        .collect::<Result<Vec<_>, _>>()
-        .map(Some)
+        .collect();
+    match groups.first() {
+        Some(_) => Ok(Some(groups)),
+        None => Err(TlsError::UnsupportedCurve(ids.to_vec())),
+    }
 }
 
 #[cfg(test)]
@@ -115,15 +140,9 @@ mod tests {
         assert_eq!(versions("").unwrap().len(), 2);
         assert_eq!(versions("VersionTLS12").unwrap().len(), 2);
         assert_eq!(versions("VersionTLS13").unwrap(), TLS13_ONLY);
-        let err = versions("VersionTLS10").err().unwrap().to_string();
-        assert!(
-            err.contains("VersionTLS10") && err.contains("TLS 1.2"),
-            "{err}"
-        );
-        assert!(matches!(
-            versions("VersionTLS11"),
-            Err(TlsError::UnsupportedVersion(_))
-        ));
+        // Older minimums are raised to what rustls serves rather than refused.
+        assert_eq!(versions("VersionTLS10").unwrap(), TLS12_AND_13);
+        assert_eq!(versions("VersionTLS11").unwrap(), TLS12_AND_13);
         assert_eq!(
             versions("TLS9").err().unwrap().to_string(),
             "unknown tls version \"TLS9\""
@@ -152,13 +171,31 @@ mod tests {
     }
 
     #[test]
+    fn cis_list_keeps_what_rustls_has() {
+        // The CIS benchmark's kubelet list: two static-RSA suites rustls lacks, skipped.
+        let got = tls12_suites(&names(&[
+            "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+            "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+            "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305",
+            "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+            "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
+            "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+            "TLS_RSA_WITH_AES_256_GCM_SHA384",
+            "TLS_RSA_WITH_AES_128_GCM_SHA256",
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(got.len(), 6);
+    }
+
+    #[test]
     fn bad_cipher_names_are_named_in_the_error() {
         let err = tls12_suites(&names(&["TLS_RSA_WITH_AES_128_CBC_SHA"]))
             .err()
             .unwrap()
             .to_string();
         assert!(err.contains("TLS_RSA_WITH_AES_128_CBC_SHA"), "{err}");
-        assert!(err.contains("not supported by rustls"), "{err}");
+        assert!(err.contains("rustls"), "{err}");
         let err = tls12_suites(&names(&["TLS_BOGUS"]))
             .err()
             .unwrap()
@@ -170,9 +207,11 @@ mod tests {
     fn curves_by_go_id() {
         assert!(kx_groups(&[]).unwrap().is_none());
         assert_eq!(kx_groups(&[29, 23]).unwrap().unwrap().len(), 2);
+        // P-521 is skipped; alone it leaves nothing to offer.
+        assert_eq!(kx_groups(&[25, 23]).unwrap().unwrap().len(), 1);
         assert!(matches!(
             kx_groups(&[25]),
-            Err(TlsError::UnsupportedCurve(25))
+            Err(TlsError::UnsupportedCurve(_))
         ));
     }
 }
