@@ -40,6 +40,15 @@ impl PlegHealth {
         self.last_relist_unix_ms.store(ms, Ordering::Relaxed);
     }
 
+    /// Pretends the last relist finished `ago` (health check tests).
+    #[cfg(test)]
+    pub fn set_last_relist_ago(&self, ago: Duration) {
+        let at = SystemTime::now() - ago;
+        let ms = at.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64);
+        self.last_relist_unix_ms
+            .store(ms.unwrap_or(1), Ordering::Relaxed);
+    }
+
     /// Time since the last successful relist; None before the first one.
     pub fn since_last_relist(&self) -> Option<Duration> {
         let ms = self.last_relist_unix_ms.load(Ordering::Relaxed);
