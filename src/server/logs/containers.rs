@@ -48,16 +48,19 @@ async fn serve(
     let full_id = log_container_id(&pod, container, opts.previous)?;
     let id = lookup::strip_runtime(&full_id).to_string();
 
-    // From here on upstream has already answered 200, so problems are told in the body.
-    let status = match state.cri.container_status(&id).await {
-        Ok(s) => s,
-        Err(err) => {
-            tracing::debug!(%err, container_id = %full_id, "Failed to get container status for logs");
-            return Ok(text(Body::from(format!(
-                "unable to retrieve container logs for {full_id}"
-            ))));
-        }
-    };
+    // Upstream writes nothing before the log file is open, so failures up to there are a 400;
+    // once streaming, problems can only be told in the body.
+    let status = state.cri.container_status(&id).await.map_err(|err| {
+        tracing::debug!(%err, container_id = %full_id, "Failed to get container status for logs");
+        LogsError::Unreadable(format!("unable to retrieve container logs for {full_id}"))
+    })?;
+    let log_path = PathBuf::from(&status.log_path);
+    if let Err(err) = tokio::fs::File::open(&log_path).await {
+        return Err(LogsError::Unreadable(format!(
+            "failed to open log file {:?}: {err}",
+            log_path.display().to_string()
+        )));
+    }
     let cri = state.cri.clone();
     let running = move || {
         let cri = cri.clone();
@@ -72,11 +75,7 @@ async fn serve(
             }
         }
     };
-    let stream = reader::log_stream(
-        PathBuf::from(status.log_path),
-        opts.read_options(Timestamp::now()),
-        running,
-    );
+    let stream = reader::log_stream(log_path, opts.read_options(Timestamp::now()), running);
     Ok(text(Body::from_stream(stream)))
 }
 

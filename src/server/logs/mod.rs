@@ -48,6 +48,10 @@ pub enum LogsError {
     /// instance, ...), in upstream's words.
     #[error("{0}")]
     ContainerState(String),
+    /// The runtime cannot say where the log is, or the file cannot be opened: upstream has
+    /// written nothing yet at that point and answers 400.
+    #[error("{0}")]
+    Unreadable(String),
     #[error("404 page not found")]
     FileNotFound,
     #[error("403 Forbidden")]
@@ -63,7 +67,8 @@ impl LogsError {
         match self {
             LogsError::Decode { .. }
             | LogsError::StreamUnsupported(_)
-            | LogsError::ContainerState(_) => StatusCode::BAD_REQUEST,
+            | LogsError::ContainerState(_)
+            | LogsError::Unreadable(_) => StatusCode::BAD_REQUEST,
             LogsError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
             LogsError::PodNotFound(_)
             | LogsError::ContainerNotFound { .. }

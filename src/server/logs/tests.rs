@@ -204,20 +204,29 @@ async fn bad_parameters() {
 }
 
 #[tokio::test]
-async fn runtime_without_the_container_is_told_in_the_body() {
+async fn runtime_without_the_container_is_a_bad_request() {
     let b = bed().await;
     b.fake
         .runtime
         .fail_next("ContainerStatus", tonic::Status::not_found("gone"));
     let (status, _, body) = get(&b.router, "/containerLogs/default/web/app").await;
-    assert_eq!(status, StatusCode::OK);
+    assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(
         body,
         format!(
-            "unable to retrieve container logs for containerd://{}",
+            "unable to retrieve container logs for containerd://{}\n",
             b.container_id
         )
     );
+}
+
+#[tokio::test]
+async fn a_missing_log_file_is_a_bad_request() {
+    let b = bed().await;
+    std::fs::remove_file(&b.log).unwrap();
+    let (status, _, body) = get(&b.router, "/containerLogs/default/web/app").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body.starts_with("failed to open log file"), "{body}");
 }
 
 async fn next(
