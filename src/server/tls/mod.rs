@@ -3,6 +3,7 @@
 //! axum router over it with HTTP/1.1 (upgrades included) and HTTP/2.
 
 pub mod cert;
+mod idle;
 pub mod options;
 
 use std::fmt;
@@ -198,6 +199,16 @@ pub async fn serve(
     router: Router,
     cancel: CancellationToken,
 ) -> Result<(), super::ServerError> {
+    serve_closing_idle(listener, tls, router, cancel, idle::IDLE_TIMEOUT).await
+}
+
+async fn serve_closing_idle(
+    listener: TcpListener,
+    tls: Arc<ServerConfig>,
+    router: Router,
+    cancel: CancellationToken,
+    idle_timeout: Duration,
+) -> Result<(), super::ServerError> {
     let addr = listener
         .local_addr()
         .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
@@ -209,7 +220,14 @@ pub async fn serve(
             _ = cancel.cancelled() => break,
             accepted = listener.accept() => match accepted {
                 Ok((tcp, remote)) => {
-                    conns.spawn(serve_connection(acceptor.clone(), tcp, remote, router.clone(), cancel.clone()));
+                    conns.spawn(serve_connection(
+                        acceptor.clone(),
+                        tcp,
+                        remote,
+                        router.clone(),
+                        cancel.clone(),
+                        idle_timeout,
+                    ));
                 }
                 // Out of file descriptors and the like: pause rather than spin.
                 Err(err) => {
@@ -237,6 +255,7 @@ async fn serve_connection(
     remote: SocketAddr,
     router: Router,
     cancel: CancellationToken,
+    idle_timeout: Duration,
 ) {
     // Small writes (TLS records, stream frames) must not wait for the peer's delayed ACK:
     // with Nagle on, every request/response turn can stall ~40 ms. Go servers disable it too.
@@ -264,10 +283,18 @@ async fn serve_connection(
             .map(|c| c.iter().map(|c| c.clone().into_owned()).collect())
             .unwrap_or_default(),
     ));
-    let service = router.map_request(move |mut req: axum::http::Request<hyper::body::Incoming>| {
+    let activity = idle::Activity::new();
+    let tracker = activity.clone();
+    let service = tower::service_fn(move |mut req: axum::http::Request<hyper::body::Incoming>| {
+        let in_flight = tracker.begin();
         req.extensions_mut().insert(peer.clone());
         req.extensions_mut().insert(ConnectInfo(remote));
-        req.map(axum::body::Body::new)
+        let req = req.map(axum::body::Body::new);
+        let router = router.clone();
+        async move {
+            let resp = router.oneshot(req).await?;
+            Ok::<_, std::convert::Infallible>(resp.map(|body| idle::Tracked::wrap(body, in_flight)))
+        }
     });
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
@@ -287,6 +314,15 @@ async fn serve_connection(
             conn.as_mut().graceful_shutdown();
             if let Err(err) = conn.await {
                 debug!(%remote, %err, "Connection ended with an error while stopping");
+            }
+        }
+        _ = idle::idle(&activity, idle_timeout) => {
+            debug!(%remote, "Closing an idle connection");
+            conn.as_mut().graceful_shutdown();
+            // A client that never sent a request may not take part in a graceful close
+            // either; dropping the connection closes the socket.
+            if let Ok(Err(err)) = tokio::time::timeout(DRAIN_TIMEOUT, conn).await {
+                debug!(%remote, %err, "Idle connection ended with an error");
             }
         }
     }
@@ -377,6 +413,45 @@ mod tests {
         cancel.cancel();
         let stopped = tokio::time::timeout(Duration::from_secs(10), server).await;
         assert!(matches!(stopped, Ok(Ok(Ok(())))), "server stops on cancel");
+    }
+
+    #[tokio::test]
+    async fn idle_connections_are_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tls, ca) = config(dir.path(), false);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cancel = CancellationToken::new();
+        let router = Router::new().route("/", axum::routing::get(|| async { "ok" }));
+        tokio::spawn(serve_closing_idle(
+            listener,
+            tls,
+            router,
+            cancel.clone(),
+            Duration::from_secs(1),
+        ));
+        // HTTP/2 by ALPN, then silence: not even the connection preface.
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca).unwrap();
+        let mut client = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        client.alpn_protocols = vec![b"h2".to_vec()];
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let mut tls = tokio_rustls::TlsConnector::from(Arc::new(client))
+            .connect(ServerName::try_from("127.0.0.1").unwrap(), tcp)
+            .await
+            .unwrap();
+        let mut buf = Vec::new();
+        let closed = tokio::time::timeout(Duration::from_secs(15), tls.read_to_end(&mut buf)).await;
+        assert!(closed.is_ok(), "an idle connection was kept open");
+        cancel.cancel();
     }
 
     #[test]
