@@ -13,6 +13,7 @@ use kube::api::{Api, PostParams};
 
 use super::attributes::{API_VERSION, Attributes, RESOURCE};
 use super::cache::{DEFAULT_CAPACITY, TtlCache, key_of};
+use super::retry;
 use super::user::UserInfo;
 
 /// Upstream's bound on one access review.
@@ -53,7 +54,8 @@ pub struct WebhookAuthorizer {
     denied_ttl: Duration,
 }
 
-/// Posts a SubjectAccessReview with `client`, bounded by [`REVIEW_TIMEOUT`].
+/// Posts a SubjectAccessReview with `client`, retrying passing failures, all within
+/// [`REVIEW_TIMEOUT`].
 pub fn api_reviewer(client: kube::Client) -> ReviewFn {
     Arc::new(move |spec: SubjectAccessReviewSpec| {
         let api: Api<SubjectAccessReview> = Api::all(client.clone());
@@ -63,13 +65,16 @@ pub fn api_reviewer(client: kube::Client) -> ReviewFn {
                 ..Default::default()
             };
             let params = PostParams::default();
-            match tokio::time::timeout(REVIEW_TIMEOUT, api.create(&params, &review)).await {
-                Err(_) => Err(format!(
+            let attempt = || api.create(&params, &review);
+            match retry::with_backoff(REVIEW_TIMEOUT, retry::is_transient, attempt).await {
+                Err(retry::Failure::TimedOut) => Err(format!(
                     "subject access review timed out after {}s",
                     REVIEW_TIMEOUT.as_secs()
                 )),
-                Ok(Err(err)) => Err(format!("subject access review failed: {err}")),
-                Ok(Ok(done)) => Ok(done.status.unwrap_or_default()),
+                Err(retry::Failure::Failed(err)) => {
+                    Err(format!("subject access review failed: {err}"))
+                }
+                Ok(done) => Ok(done.status.unwrap_or_default()),
             }
         })
     })

@@ -7,6 +7,7 @@
 pub mod attributes;
 pub mod authorizer;
 pub mod cache;
+mod retry;
 pub mod token;
 pub mod user;
 pub mod x509;

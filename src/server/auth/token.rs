@@ -12,6 +12,7 @@ use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, TokenRe
 use kube::api::{Api, PostParams};
 
 use super::cache::{DEFAULT_CAPACITY, TtlCache, key_of};
+use super::retry;
 use super::user::{Outcome, UserInfo};
 
 /// Upstream's bound on one token review.
@@ -36,7 +37,7 @@ pub struct TokenAuthenticator {
     ttl: Duration,
 }
 
-/// Posts a TokenReview with `client`, bounded by [`REVIEW_TIMEOUT`].
+/// Posts a TokenReview with `client`, retrying passing failures, all within [`REVIEW_TIMEOUT`].
 pub fn api_reviewer(client: kube::Client) -> ReviewFn {
     Arc::new(move |token: String| {
         let api: Api<TokenReview> = Api::all(client.clone());
@@ -49,13 +50,14 @@ pub fn api_reviewer(client: kube::Client) -> ReviewFn {
                 ..Default::default()
             };
             let params = PostParams::default();
-            match tokio::time::timeout(REVIEW_TIMEOUT, api.create(&params, &review)).await {
-                Err(_) => Err(format!(
+            let attempt = || api.create(&params, &review);
+            match retry::with_backoff(REVIEW_TIMEOUT, retry::is_transient, attempt).await {
+                Err(retry::Failure::TimedOut) => Err(format!(
                     "token review timed out after {}s",
                     REVIEW_TIMEOUT.as_secs()
                 )),
-                Ok(Err(err)) => Err(format!("token review failed: {err}")),
-                Ok(Ok(done)) => Ok(done.status.unwrap_or_default()),
+                Err(retry::Failure::Failed(err)) => Err(format!("token review failed: {err}")),
+                Ok(done) => Ok(done.status.unwrap_or_default()),
             }
         })
     })
