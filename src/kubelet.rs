@@ -494,9 +494,13 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         });
     }
     let pod_resources = podresources::bind(&flags.root_dir)?;
-    let (status, c) = (state.status.clone(), cancel.child_token());
+    let service = podresources::PodResourcesService::new(
+        state.status.clone(),
+        podresources::get_enabled(&cfg.feature_gates),
+    );
+    let c = cancel.child_token();
     tasks.spawn(async move {
-        if let Err(err) = podresources::serve(pod_resources, status, c).await {
+        if let Err(err) = podresources::serve(pod_resources, service, c).await {
             warn!(%err, "pod resources server stopped");
         }
     });

@@ -48,13 +48,24 @@ pub fn socket_path(root_dir: &Path) -> PathBuf {
 pub struct PodResourcesService {
     status: Arc<StatusStore>,
     limiter: Mutex<TokenBucket>,
+    /// The KubeletPodResourcesGet gate (beta, on by default since 1.34).
+    get_enabled: bool,
+}
+
+/// Whether `Get` is served: the KubeletPodResourcesGet gate, on unless turned off.
+pub fn get_enabled(feature_gates: &std::collections::BTreeMap<String, bool>) -> bool {
+    feature_gates
+        .get("KubeletPodResourcesGet")
+        .copied()
+        .unwrap_or(true)
 }
 
 impl PodResourcesService {
-    pub fn new(status: Arc<StatusStore>) -> Self {
+    pub fn new(status: Arc<StatusStore>, get_enabled: bool) -> Self {
         PodResourcesService {
             status,
             limiter: Mutex::new(TokenBucket::new(QPS, BURST, Instant::now())),
+            get_enabled,
         }
     }
 
@@ -128,6 +139,9 @@ impl PodResourcesLister for PodResourcesService {
         request: Request<api::GetPodResourcesRequest>,
     ) -> Result<Response<api::GetPodResourcesResponse>, Status> {
         self.admit()?;
+        if !self.get_enabled {
+            return Err(Status::unknown("PodResources API Get method disabled"));
+        }
         let req = request.into_inner();
         let pod = self.status.pods().into_iter().find(|p| {
             p.metadata.namespace.as_deref() == Some(req.pod_namespace.as_str())
@@ -167,7 +181,7 @@ pub fn bind(root_dir: &Path) -> Result<tokio::net::UnixListener, PodResourcesErr
 
 pub async fn serve(
     listener: tokio::net::UnixListener,
-    status: Arc<StatusStore>,
+    service: PodResourcesService,
     cancel: CancellationToken,
 ) -> Result<(), PodResourcesError> {
     if let Ok(addr) = listener.local_addr()
@@ -176,9 +190,7 @@ pub async fn serve(
         info!(socket = %path.display(), "Serving pod resources");
     }
     tonic::transport::Server::builder()
-        .add_service(PodResourcesListerServer::new(PodResourcesService::new(
-            status,
-        )))
+        .add_service(PodResourcesListerServer::new(service))
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), cancel.cancelled())
         .await?;
     Ok(())

@@ -43,6 +43,16 @@ async fn start() -> (
     tempfile::TempDir,
     CancellationToken,
 ) {
+    start_with(true).await
+}
+
+async fn start_with(
+    get_enabled: bool,
+) -> (
+    PodResourcesListerClient<tonic::transport::Channel>,
+    tempfile::TempDir,
+    CancellationToken,
+) {
     let status = Arc::new(StatusStore::default());
     for p in [
         pod("web", "Running", &["app", "proxy"], Some("logs")),
@@ -55,7 +65,11 @@ async fn start() -> (
     let dir = tempfile::tempdir().unwrap();
     let listener = bind(dir.path()).unwrap();
     let cancel = CancellationToken::new();
-    tokio::spawn(serve(listener, status, cancel.clone()));
+    tokio::spawn(serve(
+        listener,
+        PodResourcesService::new(status, get_enabled),
+        cancel.clone(),
+    ));
     let path = socket_path(dir.path());
     let channel = crate::cri::connect_channel(&path.display().to_string(), Duration::from_secs(5))
         .await
@@ -110,6 +124,24 @@ async fn lists_active_pods_with_containers_and_sidecars() {
         .unwrap()
         .into_inner();
     assert!(alloc.devices.is_empty() && alloc.cpu_ids.is_empty() && alloc.memory.is_empty());
+    cancel.cancel();
+}
+
+#[tokio::test]
+async fn get_follows_its_feature_gate() {
+    let (mut client, _dir, cancel) = start_with(false).await;
+    let err = client
+        .get(api::GetPodResourcesRequest {
+            pod_name: "web".into(),
+            pod_namespace: "default".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.message(), "PodResources API Get method disabled");
+    assert!(client.list(api::ListPodResourcesRequest {}).await.is_ok());
+    assert!(get_enabled(&Default::default()));
+    let off = [("KubeletPodResourcesGet".to_string(), false)].into();
+    assert!(!get_enabled(&off));
     cancel.cancel();
 }
 
