@@ -24,6 +24,18 @@ fn ready(node: &Node) -> bool {
 
 /// Joins like a kubeadm node: only a bootstrap token at first, a client certificate from the
 /// cluster's CSR signer after TLS bootstrap.
+async fn wait_ready(nodes: &Api<Node>, what: &str) -> Node {
+    wait_async(Duration::from_secs(60), what, || async {
+        nodes
+            .get_opt(CLUSTER_NODE)
+            .await
+            .ok()
+            .flatten()
+            .filter(ready)
+    })
+    .await
+}
+
 fn start_in_cluster(k: &mut Kubelet) {
     let env = cluster_env();
     let kubeconfig = k.dir.path().join("kubelet.conf");
@@ -53,15 +65,7 @@ async fn node_joins_runs_a_deployment_and_rejects_what_does_not_fit() {
     let client = admin_client().await;
     let nodes: Api<Node> = Api::all(client.clone());
 
-    let node = wait_async(Duration::from_secs(60), "node Ready", || async {
-        nodes
-            .get_opt(CLUSTER_NODE)
-            .await
-            .ok()
-            .flatten()
-            .filter(ready)
-    })
-    .await;
+    let node = wait_ready(&nodes, "node Ready").await;
     let labels = node.metadata.labels.clone().unwrap_or_default();
     assert_eq!(
         labels.get("kubernetes.io/hostname").map(String::as_str),
@@ -253,15 +257,7 @@ async fn node_joins_runs_a_deployment_and_rejects_what_does_not_fit() {
     )
     .await;
     assert_eq!(before, after, "the container was restarted");
-    wait_async(Duration::from_secs(60), "node Ready again", || async {
-        nodes
-            .get_opt(CLUSTER_NODE)
-            .await
-            .ok()
-            .flatten()
-            .filter(ready)
-    })
-    .await;
+    wait_ready(&nodes, "node Ready again").await;
     pods.delete("krs-steady", &DeleteParams::default())
         .await
         .expect("delete steady pod");

@@ -73,21 +73,9 @@ fn read_until(
     lines
 }
 
+/// A restart-always static pod running `script`, with `extra` lines for its container.
 fn static_pod(name: &str, script: &str, extra: &str) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: {BUSYBOX}
-    imagePullPolicy: IfNotPresent
-    command: ["sh", "-c", {script:?}]
-{extra}"#
-    )
+    pod_yaml(name, "Always", 1, script) + extra
 }
 
 fn mirror(name: &str) -> String {

@@ -151,6 +151,14 @@ impl RuntimeClient {
         Ok(Self::from_channels(runtime_channel, image_channel, timeout))
     }
 
+    /// A client whose runtime is never there, for handler tests that must fail (or answer)
+    /// before reaching the runtime.
+    #[cfg(test)]
+    pub fn unreachable() -> Self {
+        let channel = Endpoint::from_static("http://127.0.0.1:1").connect_lazy();
+        Self::from_channels(channel.clone(), channel, Duration::from_secs(1))
+    }
+
     /// Builds a client on already established channels (tests, custom
     /// transports).
     pub fn from_channels(runtime: Channel, image: Channel, timeout: Duration) -> Self {

@@ -89,13 +89,7 @@ mod tests {
     use std::time::Duration;
 
     fn state() -> ServerState {
-        let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:1").connect_lazy();
-        let cri = crate::cri::RuntimeClient::from_channels(
-            channel.clone(),
-            channel,
-            Duration::from_secs(1),
-        );
-        ServerState::for_tests(cri)
+        ServerState::for_tests(crate::cri::RuntimeClient::unreachable())
     }
 
     #[tokio::test]

@@ -221,9 +221,7 @@ mod tests {
     use tower::ServiceExt;
 
     fn state(configure: impl FnOnce(&mut crate::cli::KubeletConfiguration)) -> ServerState {
-        let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:1").connect_lazy();
-        let cri = RuntimeClient::from_channels(channel.clone(), channel, Duration::from_secs(1));
-        let mut state = ServerState::for_tests(cri);
+        let mut state = ServerState::for_tests(RuntimeClient::unreachable());
         let mut settings = (*state.settings).clone();
         configure(&mut settings.config);
         state.settings = Arc::new(settings);

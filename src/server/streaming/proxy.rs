@@ -239,6 +239,8 @@ mod tests {
     use tokio::io::{AsyncBufReadExt, BufReader};
     use tokio::net::TcpListener;
 
+    use super::super::tests::ws::read_head;
+
     const STEP: Duration = Duration::from_secs(10);
 
     /// Serves a router whose every request is proxied to `target`.
@@ -318,22 +320,6 @@ mod tests {
             }
         });
         (addr, rx)
-    }
-
-    /// Reads a response head (through the blank line) byte by byte, so nothing after it is
-    /// consumed.
-    async fn read_head(sock: &mut TcpStream) -> String {
-        let mut head = Vec::new();
-        while !head.ends_with(b"\r\n\r\n") {
-            let mut b = [0u8; 1];
-            let n = tokio::time::timeout(STEP, sock.read(&mut b))
-                .await
-                .expect("response head in time")
-                .expect("read");
-            assert!(n == 1, "connection closed inside the head: {head:?}");
-            head.push(b[0]);
-        }
-        String::from_utf8(head).expect("utf-8 head")
     }
 
     async fn read_exact_in_time(sock: &mut TcpStream, n: usize) -> Vec<u8> {

@@ -47,12 +47,6 @@ fn state_with(cri: RuntimeClient, pods: &[(Pod, PodStatus)]) -> ServerState {
     state
 }
 
-/// A client that is never called: every test here fails before reaching the runtime.
-fn unreachable_runtime() -> RuntimeClient {
-    let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:1").connect_lazy();
-    RuntimeClient::from_channels(channel.clone(), channel, Duration::from_secs(1))
-}
-
 async fn call(state: ServerState, method: &str, uri: &str, ws: bool) -> (StatusCode, String) {
     let mut req = Request::builder().method(method).uri(uri);
     if ws {
@@ -74,7 +68,7 @@ async fn call(state: ServerState, method: &str, uri: &str, ws: bool) -> (StatusC
 
 #[tokio::test]
 async fn requests_are_checked_before_the_runtime_is_asked() {
-    let state = state_with(unreachable_runtime(), &[pod(UID, "c1")]);
+    let state = state_with(RuntimeClient::unreachable(), &[pod(UID, "c1")]);
     let s = || state.clone();
 
     // /run is POST only.
@@ -165,11 +159,13 @@ async fn requests_are_checked_before_the_runtime_is_asked() {
 // ---------------------------------------------------------------------------------------------
 
 /// A hand-rolled WebSocket client, enough for the channel.k8s.io protocols.
-mod ws {
+pub(super) mod ws {
     use super::*;
 
     pub const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
 
+    /// Reads a response head (through the blank line) byte by byte, so nothing after it is
+    /// consumed.
     pub async fn read_head(sock: &mut TcpStream) -> String {
         let mut head = Vec::new();
         while !head.ends_with(b"\r\n\r\n") {
