@@ -77,7 +77,13 @@ pub async fn enforce(
     cancel: CancellationToken,
 ) {
     loop {
-        match cgroups.apply_node_limits(&limits) {
+        // cgroupfs writes block; they go where the pod cgroup writes go.
+        let (c, l) = (cgroups.clone(), limits.clone());
+        let applied = match tokio::task::spawn_blocking(move || c.apply_node_limits(&l)).await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(e) => Err(format!("cgroup task: {e}")),
+        };
+        match applied {
             Ok(()) => {
                 info!(
                     ?limits,

@@ -178,18 +178,6 @@ impl RuntimeClient {
         self.timeout
     }
 
-    /// The raw generated RuntimeService client, for RPCs without a wrapper
-    /// here (streaming calls such as GetContainerEvents). Callers must apply
-    /// their own deadline or cancellation.
-    pub fn raw_runtime(&self) -> RuntimeServiceClient<Channel> {
-        self.runtime.clone()
-    }
-
-    /// The raw generated ImageService client; see [`Self::raw_runtime`].
-    pub fn raw_image(&self) -> ImageServiceClient<Channel> {
-        self.image.clone()
-    }
-
     pub async fn version(&self) -> Result<api::VersionResponse, CriError> {
         let mut c = self.runtime.clone();
         // The kubelet announces the API version it speaks.

@@ -62,10 +62,6 @@ impl ContainerInfo {
         nanos_to_time(self.finished_at)
     }
 
-    pub fn started_at_time(&self) -> Option<SystemTime> {
-        nanos_to_time(self.started_at)
-    }
-
     pub fn from_status(status: &api::ContainerStatus, sandbox_id: &str) -> Self {
         let meta = status.metadata.clone().unwrap_or_default();
         let labels_map = &status.labels;

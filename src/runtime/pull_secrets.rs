@@ -92,10 +92,6 @@ impl Keyring {
         Keyring { entries }
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
     /// Every credential that may apply to `image`, best match first.
     pub fn lookup(&self, image: &str) -> Vec<AuthConfig> {
         let image = normalize(image);
