@@ -143,10 +143,7 @@ impl PodResourcesLister for PodResourcesService {
             return Err(Status::unknown("PodResources API Get method disabled"));
         }
         let req = request.into_inner();
-        let pod = self.status.pods().into_iter().find(|p| {
-            p.metadata.namespace.as_deref() == Some(req.pod_namespace.as_str())
-                && p.metadata.name.as_deref() == Some(req.pod_name.as_str())
-        });
+        let pod = self.status.find(&req.pod_namespace, &req.pod_name, None);
         match pod {
             Some(pod) => Ok(Response::new(api::GetPodResourcesResponse {
                 pod_resources: Some(resources_of(&pod)),

@@ -27,13 +27,7 @@ pub fn find_pod(
 ) -> Result<Pod, LookupError> {
     state
         .status
-        .pods()
-        .into_iter()
-        .find(|p| {
-            p.metadata.namespace.as_deref() == Some(namespace)
-                && p.metadata.name.as_deref() == Some(name)
-                && uid.is_none_or(|u| p.metadata.uid.as_deref() == Some(u))
-        })
+        .find(namespace, name, uid)
         .ok_or_else(|| LookupError::PodNotFound {
             namespace: namespace.to_string(),
             name: name.to_string(),

@@ -18,6 +18,14 @@ struct Entry {
     status: PodStatus,
 }
 
+impl Entry {
+    fn with_status(&self) -> Pod {
+        let mut p = (*self.pod).clone();
+        p.status = Some(self.status.clone());
+        p
+    }
+}
+
 /// What the API-server status syncer is told.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StatusEvent {
@@ -108,20 +116,26 @@ impl StatusStore {
 
     /// Every pod with its current status, sorted by namespace and name.
     pub fn pods(&self) -> Vec<Pod> {
-        let mut out: Vec<Pod> = self
-            .lock()
-            .values()
-            .map(|e| {
-                let mut p = (*e.pod).clone();
-                p.status = Some(e.status.clone());
-                p
-            })
-            .collect();
+        let mut out: Vec<Pod> = self.lock().values().map(Entry::with_status).collect();
         out.sort_by(|a, b| {
             (&a.metadata.namespace, &a.metadata.name)
                 .cmp(&(&b.metadata.namespace, &b.metadata.name))
         });
         out
+    }
+
+    /// The pod `namespace/name` with its current status (the one with `uid`, when given),
+    /// without copying the others.
+    pub fn find(&self, namespace: &str, name: &str, uid: Option<&str>) -> Option<Pod> {
+        self.lock()
+            .values()
+            .find(|e| {
+                let m = &e.pod.metadata;
+                m.namespace.as_deref() == Some(namespace)
+                    && m.name.as_deref() == Some(name)
+                    && uid.is_none_or(|u| m.uid.as_deref() == Some(u))
+            })
+            .map(Entry::with_status)
     }
 
     pub fn len(&self) -> usize {
