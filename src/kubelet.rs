@@ -466,7 +466,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         let router = server::secure_router_with(state.clone(), auth);
         let c = cancel.child_token();
         tasks.spawn(async move {
-            if let Err(err) = server::tls::serve(listener, tls, router, c).await {
+            if let Err(err) = server::serve(listener, Some(tls), router, c).await {
                 warn!(%err, "kubelet server stopped");
             }
         });
@@ -477,7 +477,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         let router = server::healthz_router(state.clone());
         let c = cancel.child_token();
         tasks.spawn(async move {
-            if let Err(err) = server::serve(listener, router, c).await {
+            if let Err(err) = server::serve(listener, None, router, c).await {
                 warn!(%err, "healthz server stopped");
             }
         });
@@ -488,7 +488,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         let router = server::read_only_router(state.clone());
         let c = cancel.child_token();
         tasks.spawn(async move {
-            if let Err(err) = server::serve(listener, router, c).await {
+            if let Err(err) = server::serve(listener, None, router, c).await {
                 warn!(%err, "read-only server stopped");
             }
         });

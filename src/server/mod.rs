@@ -6,6 +6,8 @@ mod configz;
 mod fallbacks;
 mod healthz;
 mod http_metrics;
+mod idle;
+mod listen;
 mod logs;
 pub mod lookup;
 mod pods;
@@ -32,12 +34,6 @@ use crate::sync::SyncLoopHealth;
 pub enum ServerError {
     #[error("listen on {addr}: {source}")]
     Bind {
-        addr: SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("serve on {addr}: {source}")]
-    Serve {
         addr: SocketAddr,
         #[source]
         source: std::io::Error,
@@ -196,23 +192,14 @@ pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, ServerErr
         .map_err(|source| ServerError::Bind { addr, source })
 }
 
+/// Serves `router` until cancelled, over TLS when `tls` is given (the authenticated port).
 pub async fn serve(
     listener: tokio::net::TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
     router: Router,
     cancel: CancellationToken,
 ) -> Result<(), ServerError> {
-    let addr = listener
-        .local_addr()
-        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
-    tracing::info!(%addr, "Serving");
-    use axum::serve::ListenerExt;
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async move { cancel.cancelled().await })
-        .await
-        .map_err(|source| ServerError::Serve { addr, source })
+    listen::serve(listener, tls, router, cancel).await
 }
 
 #[cfg(test)]

@@ -1,43 +1,22 @@
 //! The authenticated API port's TLS: the rustls configuration (serving certificate, versions,
-//! suites, client certificates requested but not required) and the accept loop that serves an
-//! axum router over it with HTTP/1.1 (upgrades included) and HTTP/2.
+//! suites, client certificates requested but not required). server::listen serves over it.
 
 pub mod cert;
-mod idle;
 pub mod options;
 
 use std::fmt;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
-use axum::Router;
-use axum::extract::ConnectInfo;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::service::TowerToHyperService;
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme};
-use tokio::net::TcpListener;
-use tokio::task::JoinSet;
-use tokio_rustls::TlsAcceptor;
-use tokio_util::sync::CancellationToken;
-use tower::ServiceExt;
-use tracing::{debug, info, warn};
+use tracing::warn;
 
-use super::auth::x509::PeerCertificates;
 use crate::cli::config::KubeletConfiguration;
 pub use cert::ServingCertFiles;
-
-/// A client that connects and says nothing must not hold a task forever.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Time for a request's headers to arrive once a connection is open or idle.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long stopping waits for requests in flight before dropping their connections.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -193,148 +172,19 @@ pub fn server_config(
 /// Serves `router` over TLS until `cancel`; then lets requests in flight finish for a short
 /// while. Every connection runs in its own task; upgraded connections (exec, attach,
 /// port-forward) leave hyper's hands and have no timeout here.
-pub async fn serve(
-    listener: TcpListener,
-    tls: Arc<ServerConfig>,
-    router: Router,
-    cancel: CancellationToken,
-) -> Result<(), super::ServerError> {
-    serve_closing_idle(listener, tls, router, cancel, idle::IDLE_TIMEOUT).await
-}
-
-async fn serve_closing_idle(
-    listener: TcpListener,
-    tls: Arc<ServerConfig>,
-    router: Router,
-    cancel: CancellationToken,
-    idle_timeout: Duration,
-) -> Result<(), super::ServerError> {
-    let addr = listener
-        .local_addr()
-        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
-    info!(%addr, "Serving securely");
-    let acceptor = TlsAcceptor::from(tls);
-    let mut conns = JoinSet::new();
-    loop {
-        tokio::select! {
-            _ = cancel.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok((tcp, remote)) => {
-                    conns.spawn(serve_connection(
-                        acceptor.clone(),
-                        tcp,
-                        remote,
-                        router.clone(),
-                        cancel.clone(),
-                        idle_timeout,
-                    ));
-                }
-                // Out of file descriptors and the like: pause rather than spin.
-                Err(err) => {
-                    warn!(%addr, %err, "Accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            },
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
-        }
-    }
-    let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
-        while conns.join_next().await.is_some() {}
-    })
-    .await;
-    if drained.is_err() {
-        debug!(%addr, left = conns.len(), "Dropping connections still open");
-        conns.abort_all();
-    }
-    Ok(())
-}
-
-async fn serve_connection(
-    acceptor: TlsAcceptor,
-    tcp: tokio::net::TcpStream,
-    remote: SocketAddr,
-    router: Router,
-    cancel: CancellationToken,
-    idle_timeout: Duration,
-) {
-    // Small writes (TLS records, stream frames) must not wait for the peer's delayed ACK:
-    // with Nagle on, every request/response turn can stall ~40 ms. Go servers disable it too.
-    let _ = tcp.set_nodelay(true);
-    let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp));
-    let stream = tokio::select! {
-        _ = cancel.cancelled() => return,
-        r = handshake => match r {
-            Ok(Ok(s)) => s,
-            Ok(Err(err)) => {
-                debug!(%remote, %err, "TLS handshake failed");
-                return;
-            }
-            Err(_) => {
-                debug!(%remote, "TLS handshake timed out");
-                return;
-            }
-        },
-    };
-    let peer = PeerCertificates(Arc::new(
-        stream
-            .get_ref()
-            .1
-            .peer_certificates()
-            .map(|c| c.iter().map(|c| c.clone().into_owned()).collect())
-            .unwrap_or_default(),
-    ));
-    let activity = idle::Activity::new();
-    let tracker = activity.clone();
-    let service = tower::service_fn(move |mut req: axum::http::Request<hyper::body::Incoming>| {
-        let in_flight = tracker.begin();
-        req.extensions_mut().insert(peer.clone());
-        req.extensions_mut().insert(ConnectInfo(remote));
-        let req = req.map(axum::body::Body::new);
-        let router = router.clone();
-        async move {
-            let resp = router.oneshot(req).await?;
-            Ok::<_, std::convert::Infallible>(resp.map(|body| idle::Tracked::wrap(body, in_flight)))
-        }
-    });
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
-    let conn = builder
-        .serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service));
-    tokio::pin!(conn);
-    tokio::select! {
-        r = conn.as_mut() => {
-            if let Err(err) = r {
-                debug!(%remote, %err, "Connection ended with an error");
-            }
-        }
-        _ = cancel.cancelled() => {
-            conn.as_mut().graceful_shutdown();
-            if let Err(err) = conn.await {
-                debug!(%remote, %err, "Connection ended with an error while stopping");
-            }
-        }
-        _ = idle::idle(&activity, idle_timeout) => {
-            debug!(%remote, "Closing an idle connection");
-            conn.as_mut().graceful_shutdown();
-            // A client that never sent a request may not take part in a graceful close
-            // either; dropping the connection closes the socket.
-            if let Ok(Err(err)) = tokio::time::timeout(DRAIN_TIMEOUT, conn).await {
-                debug!(%remote, %err, "Idle connection ended with an error");
-            }
-        }
-    }
-}
-
+/// End to end over TLS through server::listen, the accept loop every port uses.
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::auth::x509::PeerCertificates;
     use axum::Extension;
+    use axum::Router;
     use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair};
     use rustls::pki_types::{PrivateKeyDer, ServerName};
+    use std::time::Duration;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+    use tokio_util::sync::CancellationToken;
 
     fn config(
         dir: &std::path::Path,
@@ -402,7 +252,12 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let cancel = CancellationToken::new();
-        let server = tokio::spawn(serve(listener, tls, router, cancel.clone()));
+        let server = tokio::spawn(crate::server::listen::serve(
+            listener,
+            Some(tls),
+            router,
+            cancel.clone(),
+        ));
 
         let with = get(port, ca.clone(), true).await;
         assert!(with.starts_with("HTTP/1.1 200"), "{with}");
@@ -423,9 +278,9 @@ mod tests {
         let port = listener.local_addr().unwrap().port();
         let cancel = CancellationToken::new();
         let router = Router::new().route("/", axum::routing::get(|| async { "ok" }));
-        tokio::spawn(serve_closing_idle(
+        tokio::spawn(crate::server::listen::serve_closing_idle(
             listener,
-            tls,
+            Some(tls),
             router,
             cancel.clone(),
             Duration::from_secs(1),
