@@ -251,16 +251,28 @@ args_kube_apiserver() {
 	)
 }
 
+# What kube-controller-manager and kube-scheduler share: one kubeconfig for everything, a
+# secure port on loopback only, no insecure port, no leader election, no profiling.
+# component_args KUBECONFIG PORT CERT_DIR
+component_args() {
+	ARGS=(
+		--kubeconfig="$1"
+		--authentication-kubeconfig="$1"
+		--authorization-kubeconfig="$1"
+		--bind-address=127.0.0.1
+		--secure-port="$2"
+		--port=0
+		--cert-dir="$3"
+		--leader-elect=false
+		--profiling=false
+		--v="$VERBOSITY"
+	)
+}
+
 args_kube_controller_manager() {
 	BIN="$KRS_CL_BIN_DIR/kube-controller-manager"
-	ARGS=(
-		--kubeconfig="$CL_CM_CONF"
-		--authentication-kubeconfig="$CL_CM_CONF"
-		--authorization-kubeconfig="$CL_CM_CONF"
-		--bind-address=127.0.0.1
-		--secure-port="$CL_CM_PORT"
-		--port=0
-		--cert-dir="$CL_STATE/controller-manager-serving"
+	component_args "$CL_CM_CONF" "$CL_CM_PORT" "$CL_STATE/controller-manager-serving"
+	ARGS+=(
 		--client-ca-file="$CL_PKI/ca.crt"
 		--requestheader-client-ca-file="$CL_PKI/front-proxy-ca.crt"
 		--controllers='*,bootstrapsigner,tokencleaner'
@@ -271,26 +283,12 @@ args_kube_controller_manager() {
 		--service-account-private-key-file="$CL_PKI/sa.key"
 		--service-cluster-ip-range="$KRS_CL_SERVICE_CIDR"
 		--use-service-account-credentials=true
-		--leader-elect=false
-		--profiling=false
-		--v="$VERBOSITY"
 	)
 }
 
 args_kube_scheduler() {
 	BIN="$KRS_CL_BIN_DIR/kube-scheduler"
-	ARGS=(
-		--kubeconfig="$CL_SCHED_CONF"
-		--authentication-kubeconfig="$CL_SCHED_CONF"
-		--authorization-kubeconfig="$CL_SCHED_CONF"
-		--bind-address=127.0.0.1
-		--secure-port="$CL_SCHEDULER_PORT"
-		--port=0
-		--cert-dir="$CL_STATE/scheduler-serving"
-		--leader-elect=false
-		--profiling=false
-		--v="$VERBOSITY"
-	)
+	component_args "$CL_SCHED_CONF" "$CL_SCHEDULER_PORT" "$CL_STATE/scheduler-serving"
 }
 
 # --- processes ---------------------------------------------------------------------------------
