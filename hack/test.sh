@@ -48,6 +48,9 @@ main() {
 	"$TESTBED/containerd.sh" start "$INSTANCE" >/dev/null
 	"$TESTBED/images.sh" "$INSTANCE"
 	eval "$("$TESTBED/containerd.sh" env "$INSTANCE")"
+	# Python's grpcio, for the test that calls pod-resources from another gRPC stack.
+	KRS_GRPCIO_PYTHON="$("$TESTBED/grpcio-venv.sh")"
+	export KRS_GRPCIO_PYTHON
 
 	# The control plane for the cluster tests (built once from Debian's kubernetes source
 	# package and cached under /var/cache/kubelet-rs/upstream; the first build takes minutes).

@@ -13,6 +13,7 @@ pub mod cm;
 pub mod config;
 pub mod cri;
 pub mod events;
+pub mod grpc_uds;
 pub mod kubelet;
 pub mod metrics;
 pub mod node;

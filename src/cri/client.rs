@@ -40,9 +40,10 @@ impl std::fmt::Debug for RuntimeClient {
 /// connection (socket connect plus HTTP/2 handshake).
 pub async fn connect_channel(endpoint: &str, timeout: Duration) -> Result<Channel, CriError> {
     let path: Arc<PathBuf> = Arc::new(parse_endpoint(endpoint)?);
-    // The URI is a placeholder: the connector below ignores it and dials the
-    // socket, but tonic needs a syntactically valid HTTP authority.
-    let ep = Endpoint::from_static("http://[::]:50051").connect_timeout(timeout);
+    // The connector below ignores the URI and dials the socket; the URI only gives the
+    // `:authority`, and `localhost` is what grpc-go (so upstream's kubelet) sends to a unix
+    // socket, the one value every runtime's server accepts.
+    let ep = Endpoint::from_static("http://localhost").connect_timeout(timeout);
     let connector = tower::service_fn(move |_: Uri| {
         let path = Arc::clone(&path);
         async move {

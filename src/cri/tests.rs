@@ -249,3 +249,50 @@ async fn real_runtime_read_only_calls() {
         .expect_err("absent");
     assert!(err.is_not_found(), "{err}");
 }
+
+/// Runtimes on strict HTTP/2 servers (h2 refuses a socket path) see the authority
+/// upstream's kubelet sends: `localhost`.
+#[tokio::test]
+async fn the_client_presents_localhost_as_its_authority() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runtime.sock");
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    let server = tokio::spawn(async move {
+        let (mut conn, _) = listener.accept().await.unwrap();
+        // An empty SETTINGS frame, then the client's preface and frames up to its HEADERS.
+        conn.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
+        let mut preface = [0u8; 24];
+        conn.read_exact(&mut preface).await.unwrap();
+        loop {
+            let mut head = [0u8; 9];
+            conn.read_exact(&mut head).await.unwrap();
+            let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+            let mut payload = vec![0u8; len];
+            conn.read_exact(&mut payload).await.unwrap();
+            if head[3] == 0x1 {
+                let fields = crate::grpc_uds::hpack::Decoder::new(1 << 20)
+                    .decode(&payload)
+                    .unwrap();
+                return fields
+                    .into_iter()
+                    .find(|f| f.name == b":authority")
+                    .map(|f| String::from_utf8(f.value).unwrap());
+            }
+        }
+    });
+    let client = RuntimeClient::connect(
+        &path.display().to_string(),
+        &path.display().to_string(),
+        Duration::from_secs(2),
+    )
+    .await
+    .unwrap();
+    // The call fails (the server never answers); only its headers matter.
+    let _ = client.version().await;
+    let authority = tokio::time::timeout(Duration::from_secs(5), server)
+        .await
+        .expect("no HEADERS within 5 s")
+        .unwrap();
+    assert_eq!(authority.as_deref(), Some("localhost"));
+}

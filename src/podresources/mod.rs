@@ -13,7 +13,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
-use tokio_stream::wrappers::UnixListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use tracing::info;
@@ -188,7 +187,7 @@ pub async fn serve(
     }
     tonic::transport::Server::builder()
         .add_service(PodResourcesListerServer::new(service))
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), cancel.cancelled())
+        .serve_with_incoming_shutdown(crate::grpc_uds::incoming(listener), cancel.cancelled())
         .await?;
     Ok(())
 }

@@ -1,3 +1,4 @@
+use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodStatus};
@@ -174,4 +175,114 @@ fn a_stale_socket_is_replaced() {
     rt.block_on(async { bind(dir.path()).unwrap() });
     use std::os::unix::fs::FileTypeExt;
     assert!(std::fs::metadata(&path).unwrap().file_type().is_socket());
+}
+
+/// A gRPC call written frame by frame the way grpc C-core (Python's grpcio) writes it to a
+/// unix-socket target: `:authority` is the percent-encoded socket path, which h2 alone
+/// refuses with RST_STREAM PROTOCOL_ERROR. Returns the response message bytes and the
+/// trailers, or the RST_STREAM error code.
+async fn call_like_grpc_c_core(
+    socket: &Path,
+    method: &str,
+) -> Result<(Vec<u8>, Vec<(String, String)>), u32> {
+    use crate::grpc_uds::hpack::{Decoder, Field, encode};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let frame = |kind: u8, flags: u8, stream: u32, payload: &[u8]| {
+        let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+        f.extend([kind, flags]);
+        f.extend(stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    };
+    let authority = socket
+        .display()
+        .to_string()
+        .trim_start_matches('/')
+        .replace('/', "%2F");
+    let field = |n: &str, v: &str| Field {
+        name: n.into(),
+        value: v.into(),
+        sensitive: false,
+    };
+    let mut block = Vec::new();
+    encode(
+        &[
+            field(":path", method),
+            field(":authority", &authority),
+            field(":method", "POST"),
+            field(":scheme", "http"),
+            field("content-type", "application/grpc"),
+            field("te", "trailers"),
+            field(
+                "user-agent",
+                "grpc-python/1.85.1 grpc-c/58.0.0 (linux; chttp2)",
+            ),
+        ],
+        &mut block,
+    );
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(frame(0x4, 0, 0, &[]));
+    out.extend(frame(0x1, 0x4, 1, &block));
+    // An empty request message: uncompressed, length 0.
+    out.extend(frame(0x0, 0x1, 1, &[0, 0, 0, 0, 0]));
+    let mut conn = tokio::net::UnixStream::connect(socket).await.unwrap();
+    conn.write_all(&out).await.unwrap();
+
+    let mut decoder = Decoder::new(1 << 20);
+    let mut body = Vec::new();
+    let mut trailers = Vec::new();
+    loop {
+        let mut head = [0u8; 9];
+        conn.read_exact(&mut head).await.unwrap();
+        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+        let mut payload = vec![0u8; len];
+        conn.read_exact(&mut payload).await.unwrap();
+        let (kind, flags) = (head[3], head[4]);
+        match kind {
+            0x4 if flags & 0x1 == 0 => conn.write_all(&frame(0x4, 0x1, 0, &[])).await.unwrap(),
+            0x3 => return Err(u32::from_be_bytes(payload[..4].try_into().unwrap())),
+            0x0 => body.extend(payload),
+            0x1 => {
+                let fields = decoder.decode(&payload).unwrap();
+                trailers.extend(fields.into_iter().map(|f| {
+                    (
+                        String::from_utf8(f.name).unwrap(),
+                        String::from_utf8(f.value).unwrap(),
+                    )
+                }));
+                if flags & 0x1 != 0 {
+                    // Skip the 5-byte gRPC message prefix.
+                    return Ok((body.get(5..).unwrap_or_default().to_vec(), trailers));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn clients_sending_a_socket_path_as_authority_are_answered() {
+    use prost::Message;
+    let (_client, dir, cancel) = start().await;
+    let socket = socket_path(dir.path());
+    let (body, headers) = tokio::time::timeout(
+        Duration::from_secs(10),
+        call_like_grpc_c_core(&socket, "/v1.PodResourcesLister/List"),
+    )
+    .await
+    .expect("no answer")
+    .unwrap_or_else(|code| panic!("RST_STREAM with error code {code}"));
+    assert!(
+        headers.contains(&(":status".into(), "200".into())),
+        "{headers:?}"
+    );
+    assert!(
+        headers.contains(&("grpc-status".into(), "0".into())),
+        "{headers:?}"
+    );
+    let list = api::ListPodResourcesResponse::decode(body.as_slice()).unwrap();
+    assert_eq!(list.pod_resources.len(), 1, "{list:?}");
+    assert_eq!(list.pod_resources[0].name, "web");
+    cancel.cancel();
 }
