@@ -160,6 +160,46 @@ pub fn start(
     (EventRecorder::with_sink(tx), sink.run(rx, cancel))
 }
 
+/// The event settings of the kubelet configuration.
+#[derive(Clone, Debug)]
+pub struct EventSettings {
+    pub node_name: String,
+    pub qps: i32,
+    pub burst: i32,
+}
+
+impl From<&crate::cli::Settings> for EventSettings {
+    fn from(settings: &crate::cli::Settings) -> Self {
+        EventSettings {
+            node_name: settings.node_name(),
+            qps: settings.config.event_record_qps,
+            burst: settings.config.event_burst,
+        }
+    }
+}
+
+/// The kubelet's recorder: with an API server, events also go to a sink task in `tasks`;
+/// without one, they are only logged.
+pub fn spawn(
+    client: Option<&kube::Client>,
+    settings: EventSettings,
+    tasks: &mut crate::tasks::Tasks,
+    cancel: &CancellationToken,
+) -> EventRecorder {
+    let Some(client) = client else {
+        return EventRecorder::default();
+    };
+    let (recorder, sink) = start(
+        client.clone(),
+        settings.node_name,
+        settings.qps,
+        settings.burst,
+        cancel.child_token(),
+    );
+    tasks.background("event sink", sink);
+    recorder
+}
+
 /// Upstream's client-side rate limiter: `burst` tokens, refilled at `qps` per second.
 #[derive(Debug)]
 pub struct TokenBucket {

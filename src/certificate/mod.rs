@@ -75,6 +75,78 @@ pub enum CertError {
     Cancelled,
 }
 
+/// How the kubelet reaches the API server: `--kubeconfig`, `--bootstrap-kubeconfig`,
+/// `--cert-dir` and `rotateCertificates`.
+#[derive(Clone, Debug)]
+pub struct ClientSettings {
+    pub kubeconfig: Option<PathBuf>,
+    pub bootstrap_kubeconfig: Option<PathBuf>,
+    pub cert_dir: PathBuf,
+    pub node_name: String,
+    pub rotate: bool,
+    /// Bound on each API call of bootstrap and rotation.
+    pub timeout: Duration,
+}
+
+impl From<&crate::cli::Settings> for ClientSettings {
+    fn from(settings: &crate::cli::Settings) -> Self {
+        ClientSettings {
+            kubeconfig: settings.flags.kubeconfig.clone(),
+            bootstrap_kubeconfig: settings.flags.bootstrap_kubeconfig.clone(),
+            cert_dir: settings.flags.cert_dir.clone(),
+            node_name: settings.node_name(),
+            rotate: settings.config.rotate_certificates,
+            timeout: settings.config.runtime_request_timeout.0,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("client certificate")]
+    Certificate(#[from] CertError),
+    #[error(transparent)]
+    Client(#[from] ApiClientError),
+}
+
+/// API server mode, decided as upstream does: TLS bootstrap first when a bootstrap kubeconfig
+/// is given, then a client from `--kubeconfig` when that file exists, with its certificate
+/// kept rotated in `tasks`. `None` means standalone.
+pub async fn connect(
+    s: &ClientSettings,
+    tasks: &mut crate::tasks::Tasks,
+    cancel: &CancellationToken,
+) -> Result<Option<kube::Client>, ConnectError> {
+    if let (Some(kubeconfig), Some(bootstrap)) = (&s.kubeconfig, &s.bootstrap_kubeconfig) {
+        bootstrap_if_needed(
+            kubeconfig,
+            Some(bootstrap),
+            &s.cert_dir,
+            &s.node_name,
+            s.timeout,
+        )
+        .await?;
+    }
+    let Some(kubeconfig) = s.kubeconfig.as_ref().filter(|k| k.exists()) else {
+        return Ok(None);
+    };
+    let (client, reloader) = apiclient::reloadable(kubeconfig, s.timeout).await?;
+    if s.rotate {
+        tasks.background(
+            "client certificate rotation",
+            run_rotation(
+                kubeconfig.clone(),
+                s.cert_dir.clone(),
+                s.node_name.clone(),
+                s.timeout,
+                reloader,
+                cancel.child_token(),
+            ),
+        );
+    }
+    Ok(Some(client))
+}
+
 /// Makes sure `kubeconfig` holds a usable client certificate: when it is missing or its
 /// certificate has expired, requests one with `bootstrap_kubeconfig`'s credentials, stores it in
 /// `cert_dir` and writes `kubeconfig` to use it. Without a bootstrap kubeconfig nothing is done.

@@ -1,11 +1,11 @@
 //! Quantity-valued settings (eviction thresholds, reservations, log sizes) are validated at
 //! load time with the same exact parser the cgroup code uses, so bad values fail at startup.
 
-pub use crate::cm::quantity::QuantityError;
+pub use crate::quantity::QuantityError;
 
 /// The numeric value of a quantity (bytes for memory, cores for cpu).
 pub fn parse_quantity(input: &str) -> Result<f64, QuantityError> {
-    crate::cm::quantity::parse_str_nano(input).map(|nano| nano as f64 / 1e9)
+    crate::quantity::Amount::parse(input).map(crate::quantity::Amount::as_f64)
 }
 
 #[cfg(test)]

@@ -1,5 +1,7 @@
-//! Node allocatable enforcement: the limits on the cgroup every pod lives under, so pods
-//! together cannot eat what system-reserved and kube-reserved keep for the node.
+//! Node allocatable: what the node has (capacity), what is held back from pods
+//! (system-reserved, kube-reserved, hard eviction thresholds), what is left for them
+//! (allocatable: reported in the node status and used by admission), and the limits on the
+//! cgroup every pod lives under, so pods together cannot eat what is kept for the node.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -7,24 +9,172 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::quantity::parse_str_nano;
+use super::qos::{CPU, HUGEPAGES_PREFIX, MEMORY};
 use super::resources::milli_cpu_to_shares;
 use super::{CgroupManager, PodResources};
+use crate::cli::Settings;
 use crate::events::{EventRecorder, EventType};
+use crate::host::MachineFacts;
+use crate::quantity::{self, Amount, NANO, Style};
 
+pub const PODS: &str = "pods";
+pub const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
 /// The enforceNodeAllocatable key that limits the pods' cgroup.
 pub const PODS_KEY: &str = "pods";
 /// Upstream retries a failed update this often: pods may use more memory than the new limit
 /// until evictions bring them under it.
 const RETRY: Duration = Duration::from_secs(60);
 
-/// What the node has, before anything is reserved.
-#[derive(Clone, Copy, Debug)]
-pub struct Capacity {
-    pub cpu_millis: i64,
-    pub memory_bytes: i64,
-    /// The kernel's pid_max, when readable.
-    pub pids: Option<i64>,
+/// Amounts per resource name.
+pub type Resources = BTreeMap<String, Amount>;
+
+/// The settings that decide what the node offers pods.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AllocatableSettings {
+    pub max_pods: i32,
+    pub pods_per_core: i32,
+    /// Whether ephemeral storage is a resource (its capacity: the root dir's filesystem).
+    pub local_storage_capacity_isolation: bool,
+    pub system_reserved: BTreeMap<String, String>,
+    pub kube_reserved: BTreeMap<String, String>,
+    pub eviction_hard: BTreeMap<String, String>,
+    pub enforce_node_allocatable: Vec<String>,
+}
+
+impl From<&Settings> for AllocatableSettings {
+    fn from(settings: &Settings) -> Self {
+        let cfg = &settings.config;
+        AllocatableSettings {
+            max_pods: cfg.max_pods,
+            pods_per_core: cfg.pods_per_core,
+            local_storage_capacity_isolation: cfg.local_storage_capacity_isolation,
+            system_reserved: cfg.system_reserved.clone(),
+            kube_reserved: cfg.kube_reserved.clone(),
+            eviction_hard: cfg.eviction_hard.clone(),
+            enforce_node_allocatable: cfg.enforce_node_allocatable.clone(),
+        }
+    }
+}
+
+/// The resource name of a huge page size ("hugepages-2Mi").
+pub fn hugepage_resource(page_size_bytes: u64) -> String {
+    format!("{HUGEPAGES_PREFIX}{}", quantity::bytes(page_size_bytes).0)
+}
+
+/// How the API server prints each resource: counts in decimal, bytes in binary.
+pub fn style_for(resource: &str) -> Style {
+    match resource {
+        CPU | PODS => Style::Decimal,
+        _ => Style::Binary,
+    }
+}
+
+/// What the machine has: cpu, memory, each huge page size, pods (maxPods, or podsPerCore
+/// times the cpus when lower) and, with local storage isolation, ephemeral storage.
+pub fn capacity(machine: &MachineFacts, s: &AllocatableSettings) -> Resources {
+    let bytes = |b: u64| Amount::from_nano(i128::from(b) * NANO);
+    let cpus = machine.num_cpus.unwrap_or(0);
+    let mut out = Resources::new();
+    out.insert(CPU.into(), Amount::from_units(cpus as i64));
+    out.insert(MEMORY.into(), bytes(machine.memory_bytes.unwrap_or(0)));
+    for hp in &machine.hugepages {
+        out.insert(
+            hugepage_resource(hp.page_size_bytes),
+            bytes(hp.page_size_bytes.saturating_mul(hp.pages)),
+        );
+    }
+    let max_pods = i64::from(s.max_pods);
+    let pods = if s.pods_per_core > 0 {
+        (cpus as i64)
+            .saturating_mul(i64::from(s.pods_per_core))
+            .min(max_pods)
+    } else {
+        max_pods
+    };
+    out.insert(PODS.into(), Amount::from_units(pods));
+    if s.local_storage_capacity_isolation
+        && let Some(size) = machine.root_fs_bytes
+    {
+        out.insert(EPHEMERAL_STORAGE.into(), bytes(size));
+    }
+    out
+}
+
+/// What is held back from each capacity: system-reserved + kube-reserved + the hard
+/// eviction threshold that guards it (memory.available for memory, nodefs.available for
+/// ephemeral-storage). Pods are never reserved.
+pub fn reserved(s: &AllocatableSettings, capacity: &Resources) -> Resources {
+    let mut out = Resources::new();
+    for (name, cap) in capacity {
+        if name == PODS {
+            continue;
+        }
+        let mut total: Amount = [&s.system_reserved, &s.kube_reserved]
+            .iter()
+            .filter_map(|r| r.get(name))
+            .filter_map(|v| Amount::parse(v).ok())
+            .sum();
+        let signal = match name.as_str() {
+            MEMORY => Some("memory.available"),
+            EPHEMERAL_STORAGE => Some("nodefs.available"),
+            _ => None,
+        };
+        if let Some(value) = signal.and_then(|sig| s.eviction_hard.get(sig))
+            && let Some(n) = threshold_amount(value, *cap)
+        {
+            total += n;
+        }
+        if total != Amount::ZERO {
+            out.insert(name.clone(), total);
+        }
+    }
+    out
+}
+
+/// What pods may have: capacity minus reservations, never below zero; memory that backs
+/// huge pages is not available to ordinary allocations.
+pub fn allocatable(s: &AllocatableSettings, capacity: &Resources) -> Resources {
+    let held = reserved(s, capacity);
+    let mut out: Resources = capacity
+        .iter()
+        .map(|(name, cap)| {
+            let left = *cap - held.get(name).copied().unwrap_or_default();
+            (name.clone(), left.max(Amount::ZERO))
+        })
+        .collect();
+    let hugepages: Amount = capacity
+        .iter()
+        .filter(|(name, _)| name.starts_with(HUGEPAGES_PREFIX))
+        .map(|(_, v)| *v)
+        .sum();
+    if hugepages > Amount::ZERO
+        && let Some(memory) = out.get_mut(MEMORY)
+    {
+        *memory = (*memory - hugepages).max(Amount::ZERO);
+    }
+    out
+}
+
+/// An eviction threshold as an amount: a quantity as given, or a percentage of `capacity`
+/// computed with upstream's float32 percentage so the result matches to the byte. 0% and
+/// 100% mean no threshold.
+pub fn threshold_amount(value: &str, capacity: Amount) -> Option<Amount> {
+    let value = value.trim();
+    if let Some(p) = value.strip_suffix('%') {
+        if value == "0%" || value == "100%" {
+            return None;
+        }
+        let parsed: f64 = p.trim().parse().ok()?;
+        let fraction = (parsed as f32) / 100.0;
+        if !(0.0..=1.0).contains(&fraction) {
+            return None;
+        }
+        let cap = capacity.nano();
+        let cap_units = cap.div_euclid(NANO) + i128::from(cap % NANO != 0);
+        let amount = (cap_units as f64 * f64::from(fraction)) as i64;
+        return Some(Amount::from_units(amount));
+    }
+    Amount::parse(value).ok().filter(|n| *n >= Amount::ZERO)
 }
 
 /// /proc/sys/kernel/pid_max, the node's pid capacity.
@@ -39,32 +189,52 @@ pub fn pid_max() -> Option<i64> {
 /// leave alone). Hard eviction thresholds are not subtracted here, as upstream: they shape the
 /// reported allocatable, not the cgroup.
 pub fn pods_limits(
-    capacity: Capacity,
-    enforce: &[String],
-    reserved: [&BTreeMap<String, String>; 2],
+    capacity: &Resources,
+    pid_max: Option<i64>,
+    s: &AllocatableSettings,
 ) -> PodResources {
-    let enforced = enforce.iter().any(|k| k == PODS_KEY);
-    let held = |name: &str, scale: i128| -> i64 {
+    let enforced = s.enforce_node_allocatable.iter().any(|k| k == PODS_KEY);
+    let held = |name: &str| -> Amount {
         if !enforced {
-            return 0;
+            return Amount::ZERO;
         }
-        reserved
+        [&s.system_reserved, &s.kube_reserved]
             .iter()
             .filter_map(|r| r.get(name))
-            .filter_map(|v| parse_str_nano(v).ok())
-            .map(|n| (n / scale) as i64)
+            .filter_map(|v| Amount::parse(v).ok())
             .sum()
     };
-    let cpu = (capacity.cpu_millis - held("cpu", 1_000_000)).max(0);
-    let memory = (capacity.memory_bytes - held("memory", 1_000_000_000)).max(0);
+    let left = |name: &str| {
+        let cap = capacity.get(name).copied().unwrap_or_default();
+        (cap - held(name)).max(Amount::ZERO)
+    };
+    let pids = pid_max.map(|max| (Amount::from_units(max) - held("pid")).max(Amount::ZERO));
     PodResources {
-        cpu_shares: Some(milli_cpu_to_shares(cpu)),
-        memory_limit: Some(memory),
-        pids_limit: capacity
-            .pids
-            .map(|max| (max - held("pid", 1_000_000_000)).max(0)),
+        cpu_shares: Some(milli_cpu_to_shares(left(CPU).millis().unwrap_or(i64::MAX))),
+        memory_limit: Some(left(MEMORY).units().unwrap_or(i64::MAX)),
+        pids_limit: pids.and_then(Amount::units),
         ..Default::default()
     }
+}
+
+/// With per-QoS cgroups, limits the pods' cgroup to what the node offers them, in `tasks`.
+pub fn spawn_enforcement(
+    cgroups: std::sync::Arc<CgroupManager>,
+    machine: &MachineFacts,
+    settings: &AllocatableSettings,
+    node_name: String,
+    events: EventRecorder,
+    tasks: &mut crate::tasks::Tasks,
+    cancel: &CancellationToken,
+) {
+    if !cgroups.cgroups_per_qos() {
+        return;
+    }
+    let limits = pods_limits(&capacity(machine, settings), pid_max(), settings);
+    tasks.background(
+        "node allocatable enforcement",
+        enforce(cgroups, limits, node_name, events, cancel.child_token()),
+    );
 }
 
 /// Applies `limits` to the pods' cgroup, retrying every minute until it takes, and says so
@@ -120,11 +290,16 @@ pub async fn enforce(
 mod tests {
     use super::*;
 
-    const CAP: Capacity = Capacity {
-        cpu_millis: 4000,
-        memory_bytes: 8 << 30,
-        pids: Some(4_194_304),
-    };
+    const PID_MAX: Option<i64> = Some(4_194_304);
+
+    /// 4 cpus and 8Gi of memory.
+    fn cap() -> Resources {
+        [
+            (CPU.to_string(), Amount::from_units(4)),
+            (MEMORY.to_string(), Amount::from_units(8 << 30)),
+        ]
+        .into()
+    }
 
     fn reserved(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
@@ -133,11 +308,24 @@ mod tests {
             .collect()
     }
 
+    fn settings(
+        enforce: &str,
+        system: BTreeMap<String, String>,
+        kube: BTreeMap<String, String>,
+    ) -> AllocatableSettings {
+        AllocatableSettings {
+            system_reserved: system,
+            kube_reserved: kube,
+            enforce_node_allocatable: vec![enforce.into()],
+            ..Default::default()
+        }
+    }
+
     #[test]
     fn enforced_pods_get_capacity_minus_reservations() {
         let system = reserved(&[("cpu", "500m"), ("memory", "1Gi"), ("pid", "1000")]);
         let kube = reserved(&[("cpu", "250m"), ("memory", "512Mi")]);
-        let r = pods_limits(CAP, &["pods".into()], [&system, &kube]);
+        let r = pods_limits(&cap(), PID_MAX, &settings("pods", system, kube));
         assert_eq!(r.cpu_shares, Some(milli_cpu_to_shares(3250)));
         assert_eq!(r.memory_limit, Some((8 << 30) - (1 << 30) - (512 << 20)));
         assert_eq!(r.pids_limit, Some(4_194_304 - 1000));
@@ -146,9 +334,25 @@ mod tests {
     #[test]
     fn not_enforced_means_whole_capacity() {
         let system = reserved(&[("cpu", "1"), ("memory", "1Gi")]);
-        let r = pods_limits(CAP, &["none".into()], [&system, &BTreeMap::new()]);
+        let r = pods_limits(&cap(), PID_MAX, &settings("none", system, BTreeMap::new()));
         assert_eq!(r.cpu_shares, Some(milli_cpu_to_shares(4000)));
         assert_eq!(r.memory_limit, Some(8 << 30));
         assert_eq!(r.pids_limit, Some(4_194_304));
+    }
+
+    /// Moved from the node status tests: the amounts are in `Amount`s now.
+    #[test]
+    fn threshold_amounts() {
+        const GI: i64 = 1 << 30;
+        let cap = Amount::from_units(100 * GI);
+        assert_eq!(threshold_amount("0%", cap), None);
+        assert_eq!(threshold_amount("100%", cap), None);
+        assert_eq!(
+            threshold_amount("10%", cap),
+            Some(Amount::from_units(10_737_418_400))
+        );
+        assert_eq!(threshold_amount("1Gi", cap), Some(Amount::from_units(GI)));
+        assert_eq!(threshold_amount("-1Gi", cap), None);
+        assert_eq!(threshold_amount("lots", cap), None);
     }
 }

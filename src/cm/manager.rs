@@ -125,6 +125,10 @@ impl CgroupManager {
         self
     }
 
+    pub fn cgroups_per_qos(&self) -> bool {
+        self.cgroups_per_qos
+    }
+
     pub fn version(&self) -> CgroupVersion {
         self.layout.version()
     }

@@ -1,20 +1,54 @@
-//! Container management: QoS classes, resource quantities and pod cgroups (cgroupfs driver,
-//! cgroup v1 and v2).
+//! Container management: QoS classes, pod cgroups (cgroupfs driver, cgroup v1 and v2) and
+//! node allocatable.
 
 pub mod allocatable;
 pub mod layout;
 pub mod manager;
 pub mod qos;
-pub mod quantity;
 pub mod resources;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 pub use layout::CgroupVersion;
 pub use manager::CgroupManager;
 pub use qos::{QosClass, pod_qos_class, qos_class};
-pub use quantity::{QuantityError, parse_bytes, parse_cpu_millis};
 pub use resources::{PodCgroupOptions, PodResources, pod_resources};
+
+use crate::quantity::QuantityError;
+
+/// The cgroup settings of the kubelet configuration.
+#[derive(Clone, Debug)]
+pub struct CgroupSettings {
+    pub cgroup_root: String,
+    pub cgroups_per_qos: bool,
+    pub pod: PodCgroupOptions,
+}
+
+impl From<&crate::cli::Settings> for CgroupSettings {
+    fn from(settings: &crate::cli::Settings) -> Self {
+        let cfg = &settings.config;
+        CgroupSettings {
+            cgroup_root: cfg.cgroup_root.clone(),
+            cgroups_per_qos: cfg.cgroups_per_qos,
+            pod: PodCgroupOptions {
+                enforce_cpu_limits: cfg.cpu_cfs_quota,
+                cpu_cfs_period_us: cfg.cpu_cfs_quota_period.0.as_micros() as u64,
+                pids_limit: Some(cfg.pod_pids_limit).filter(|n| *n > 0),
+            },
+        }
+    }
+}
+
+impl CgroupSettings {
+    /// The manager, with the node-level cgroups (kubepods and the QoS tiers) in place.
+    pub fn start(&self) -> Result<Arc<CgroupManager>, CgroupError> {
+        let manager =
+            CgroupManager::new(&self.cgroup_root, self.cgroups_per_qos)?.with_options(self.pod);
+        manager.ensure_node_cgroups()?;
+        Ok(Arc::new(manager))
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {

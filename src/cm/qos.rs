@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::quantity::{QuantityError, parse_nano};
+use crate::quantity::{Amount, QuantityError};
 
 pub const CPU: &str = "cpu";
 pub const MEMORY: &str = "memory";
@@ -59,15 +59,15 @@ fn pod_level_set(spec: &PodSpec) -> bool {
 /// when set, replace the per-container view. Unparsable quantities count as absent (the API
 /// server would have rejected them).
 pub fn qos_class(spec: &PodSpec) -> QosClass {
-    let mut requests: BTreeMap<&str, i128> = BTreeMap::new();
-    let mut limits: BTreeMap<&str, i128> = BTreeMap::new();
+    let mut requests: BTreeMap<&str, Amount> = BTreeMap::new();
+    let mut limits: BTreeMap<&str, Amount> = BTreeMap::new();
     let mut guaranteed = true;
 
     let mut account = |reqs: Option<&ResourceList>, lims: Option<&ResourceList>| {
         for (name, q) in reqs.into_iter().flatten() {
             if let Some(n) = qos_resource(name)
-                && let Ok(v) = parse_nano(q)
-                && v > 0
+                && let Ok(v) = Amount::of(q)
+                && v > Amount::ZERO
             {
                 *requests.entry(n).or_default() += v;
             }
@@ -75,8 +75,8 @@ pub fn qos_class(spec: &PodSpec) -> QosClass {
         let mut found = (false, false);
         for (name, q) in lims.into_iter().flatten() {
             if let Some(n) = qos_resource(name)
-                && let Ok(v) = parse_nano(q)
-                && v > 0
+                && let Ok(v) = Amount::of(q)
+                && v > Amount::ZERO
             {
                 *limits.entry(n).or_default() += v;
                 if n == CPU {
@@ -136,20 +136,20 @@ pub fn pod_qos_class(pod: &Pod) -> QosClass {
     }
 }
 
-/// Totals per resource name in nano-units.
-pub type Totals = BTreeMap<String, i128>;
+/// Totals per resource name.
+pub type Totals = BTreeMap<String, Amount>;
 
 fn parse_list(list: Option<&ResourceList>) -> Result<Totals, QuantityError> {
     let mut out = Totals::new();
     for (name, q) in list.into_iter().flatten() {
-        out.insert(name.clone(), parse_nano(q)?);
+        out.insert(name.clone(), Amount::of(q)?);
     }
     Ok(out)
 }
 
 fn add_into(into: &mut Totals, from: &Totals) {
     for (name, v) in from {
-        *into.entry(name.clone()).or_default() += v;
+        *into.entry(name.clone()).or_default() += *v;
     }
 }
 
@@ -240,7 +240,7 @@ pub fn pod_limits(spec: &PodSpec) -> Result<Totals, QuantityError> {
     }
     for (name, v) in parse_list(spec.overhead.as_ref())? {
         if let Some(existing) = total.get_mut(&name)
-            && *existing != 0
+            && *existing != Amount::ZERO
         {
             *existing += v;
         }
@@ -253,8 +253,8 @@ pub fn pod_limits(spec: &PodSpec) -> Result<Totals, QuantityError> {
 pub fn limit_declared_everywhere(spec: &PodSpec, resource: &str) -> bool {
     let nonzero = |list: Option<&ResourceList>| {
         list.and_then(|l| l.get(resource))
-            .and_then(|q| parse_nano(q).ok())
-            .is_some_and(|v| v != 0)
+            .and_then(|q| Amount::of(q).ok())
+            .is_some_and(|v| v != Amount::ZERO)
     };
     if pod_level_set(spec) && nonzero(spec.resources.as_ref().and_then(|r| r.limits.as_ref())) {
         return true;
@@ -389,10 +389,10 @@ mod tests {
         s.overhead = Some([("cpu".to_string(), Quantity("10m".into()))].into());
         let req = pod_requests(&s).unwrap();
         // max(100+100+50, 1000+50) + 10 overhead
-        assert_eq!(req["cpu"], 1_060_000_000);
+        assert_eq!(req["cpu"].nano(), 1_060_000_000);
         let lim = pod_limits(&s).unwrap();
         // max(200+200+100, 2000+100) + 10
-        assert_eq!(lim["cpu"], 2_110_000_000);
+        assert_eq!(lim["cpu"].nano(), 2_110_000_000);
         assert!(limit_declared_everywhere(&s, "cpu"));
         assert!(!limit_declared_everywhere(&s, "memory"));
     }

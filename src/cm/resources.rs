@@ -8,7 +8,7 @@ use super::qos::{
     CPU, HUGEPAGES_PREFIX, MEMORY, QosClass, limit_declared_everywhere, pod_limits, pod_requests,
     qos_class,
 };
-use super::quantity::{QuantityError, nano_to_millis, nano_to_units, parse_bytes};
+use crate::quantity::{Amount, QuantityError, parse_bytes};
 
 /// Lowest cpu.shares the kernel accepts; also what BestEffort pods get.
 pub const MIN_SHARES: u64 = 2;
@@ -82,6 +82,20 @@ pub fn shares_to_weight(shares: u64) -> u64 {
     1 + ((shares - 2) * 9999) / 262_142
 }
 
+/// Whole units of an amount a pod asks for; too large for the cgroup files is an error naming
+/// what it was.
+fn units(amount: Amount, what: &str) -> Result<i64, QuantityError> {
+    amount
+        .units()
+        .ok_or_else(|| QuantityError::Overflow(what.to_string()))
+}
+
+fn millis(amount: Amount, what: &str) -> Result<i64, QuantityError> {
+    amount
+        .millis()
+        .ok_or_else(|| QuantityError::Overflow(what.to_string()))
+}
+
 /// Parses "2Mi" out of "hugepages-2Mi" into a page size in bytes.
 fn hugepage_size(resource: &str) -> Option<i64> {
     let size = resource.strip_prefix(HUGEPAGES_PREFIX)?;
@@ -100,19 +114,16 @@ pub fn pod_resources(
 ) -> Result<PodResources, QuantityError> {
     let requests = pod_requests(spec)?;
     let limits = pod_limits(spec)?;
-    let cpu_request = requests.get(CPU).copied().unwrap_or(0);
-    let cpu_limit = limits.get(CPU).copied().unwrap_or(0);
-    let memory_limit = limits.get(MEMORY).copied().unwrap_or(0);
+    let cpu_request = requests.get(CPU).copied().unwrap_or_default();
+    let cpu_limit = limits.get(CPU).copied().unwrap_or_default();
+    let memory_limit = limits.get(MEMORY).copied().unwrap_or_default();
 
-    let shares = milli_cpu_to_shares(nano_to_millis(cpu_request, "cpu request")?);
-    let mut quota = milli_cpu_to_quota(
-        nano_to_millis(cpu_limit, "cpu limit")?,
-        opts.cpu_cfs_period_us,
-    );
+    let shares = milli_cpu_to_shares(millis(cpu_request, "cpu request")?);
+    let mut quota = milli_cpu_to_quota(millis(cpu_limit, "cpu limit")?, opts.cpu_cfs_period_us);
     if !opts.enforce_cpu_limits {
         quota = -1;
     }
-    let memory = nano_to_units(memory_limit, "memory limit")?;
+    let memory = units(memory_limit, "memory limit")?;
 
     let mut out = PodResources::default();
     match qos_class(spec) {
@@ -134,10 +145,9 @@ pub fn pod_resources(
         }
         QosClass::BestEffort => out.cpu_shares = Some(MIN_SHARES),
     }
-    for (name, nano) in &requests {
+    for (name, amount) in &requests {
         if let Some(size) = hugepage_size(name) {
-            out.hugepage_limits
-                .insert(size, nano_to_units(*nano, name)?);
+            out.hugepage_limits.insert(size, units(*amount, name)?);
         }
     }
     out.pids_limit = opts.pids_limit.filter(|p| *p > 0);

@@ -10,10 +10,81 @@ pub mod file;
 pub mod merge;
 pub mod validation;
 
-use k8s_openapi::api::core::v1::Pod;
+use std::path::PathBuf;
+use std::time::Duration;
 
-pub use file::{FileSource, ManifestErrors, run_file_source};
+use k8s_openapi::api::core::v1::Pod;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+pub use file::{FileSource, ManifestErrors};
 pub use merge::{PodConfig, PodUpdate, run_pod_config};
+
+/// The pod sources the kubelet configuration turns on.
+#[derive(Clone, Debug)]
+pub struct SourceSettings {
+    pub node_name: String,
+    /// `staticPodPath`, when set.
+    pub static_pod_path: Option<PathBuf>,
+    pub file_check_frequency: Duration,
+}
+
+impl From<&crate::cli::Settings> for SourceSettings {
+    fn from(settings: &crate::cli::Settings) -> Self {
+        let cfg = &settings.config;
+        SourceSettings {
+            node_name: settings.node_name(),
+            static_pod_path: Some(PathBuf::from(&cfg.static_pod_path))
+                .filter(|_| !cfg.static_pod_path.is_empty()),
+            file_check_frequency: cfg.file_check_frequency.0,
+        }
+    }
+}
+
+/// Merged updates for the sync loop, and whether every source has reported once.
+pub type Updates = (mpsc::Receiver<PodUpdate>, watch::Receiver<bool>);
+
+/// Starts the static-pod files and, with an API server, the pods bound to this node, each
+/// feeding the merge, in `tasks`.
+pub fn spawn(
+    s: SourceSettings,
+    client: Option<&kube::Client>,
+    tasks: &mut crate::tasks::Tasks,
+    cancel: &CancellationToken,
+) -> Updates {
+    let (source_tx, source_rx) = mpsc::channel(16);
+    let (updates_tx, updates_rx) = mpsc::channel(64);
+    let mut sources: Vec<&'static str> = Vec::new();
+    if let Some(path) = s.static_pod_path {
+        sources.push(FILE_SOURCE);
+        let files = FileSource::new(path, s.node_name.clone(), s.file_check_frequency);
+        tasks.critical(
+            "static pod files",
+            files.run(source_tx.clone(), cancel.child_token()),
+        );
+    }
+    if let Some(client) = client {
+        sources.push(API_SOURCE);
+        let watch = api::run_api_source(
+            client.clone(),
+            s.node_name,
+            source_tx.clone(),
+            cancel.child_token(),
+        );
+        tasks.critical("API pod source", watch);
+    }
+    drop(source_tx);
+    let config = PodConfig::new(&sources);
+    let ready = config.ready_watch();
+    let merge = run_pod_config(config, source_rx, updates_tx, cancel.child_token());
+    // With no source at all the merge has nothing to do and ends at once.
+    if sources.is_empty() {
+        tasks.background("pod config", merge);
+    } else {
+        tasks.critical("pod config", merge);
+    }
+    (updates_rx, ready)
+}
 
 /// Hash of the pod as the kubelet first saw it; for static pods this equals the UID.
 pub const CONFIG_HASH_ANNOTATION: &str = "kubernetes.io/config.hash";

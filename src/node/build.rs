@@ -13,10 +13,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde_json::{Map, Value, json};
 
 use super::NodeSettings;
-use super::info::MachineFacts;
-use super::quantity::{self, NANO};
-use crate::cm::quantity::parse_str_nano;
+use crate::cm::allocatable;
+pub use crate::cm::allocatable::{EPHEMERAL_STORAGE, PODS};
+pub use crate::cm::qos::{CPU, HUGEPAGES_PREFIX, MEMORY};
 use crate::cri::api;
+use crate::host::MachineFacts;
+use crate::quantity::{self, Amount, Style};
 
 pub const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
 pub const LABEL_OS: &str = "kubernetes.io/os";
@@ -44,12 +46,6 @@ const DEFAULT_LABELS: [&str; 12] = [
     LABEL_BETA_OS,
     LABEL_BETA_ARCH,
 ];
-
-pub const CPU: &str = "cpu";
-pub const MEMORY: &str = "memory";
-pub const PODS: &str = "pods";
-pub const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
-pub const HUGEPAGES_PREFIX: &str = "hugepages-";
 
 pub const COND_READY: &str = "Ready";
 
@@ -100,9 +96,8 @@ fn now_time(now: &jiff::Timestamp) -> Time {
     Time(jiff::Timestamp::from_second(now.as_second()).unwrap_or(*now))
 }
 
-/// The Node this kubelet registers: identity labels, attach/detach annotation, taints,
-/// provider ID, and a full status.
-pub fn initial_node(cfg: &NodeSettings, inputs: &StatusInputs, now: &jiff::Timestamp) -> Node {
+/// The labels this kubelet registers its Node with: identity labels, then `--node-labels`.
+pub fn node_labels(cfg: &NodeSettings) -> BTreeMap<String, String> {
     let mut labels: BTreeMap<String, String> = [
         (LABEL_HOSTNAME, cfg.hostname.as_str()),
         (LABEL_OS, OS),
@@ -116,6 +111,13 @@ pub fn initial_node(cfg: &NodeSettings, inputs: &StatusInputs, now: &jiff::Times
     for (k, v) in &cfg.node_labels {
         labels.insert(k.clone(), v.clone());
     }
+    labels
+}
+
+/// The Node this kubelet registers: identity labels, attach/detach annotation, taints,
+/// provider ID, and a full status.
+pub fn initial_node(cfg: &NodeSettings, inputs: &StatusInputs, now: &jiff::Timestamp) -> Node {
+    let labels = node_labels(cfg);
     let mut annotations = BTreeMap::new();
     if cfg.enable_controller_attach_detach {
         annotations.insert(
@@ -218,10 +220,6 @@ fn set_addresses(meta: &mut ObjectMeta, status: &mut NodeStatus, cfg: &NodeSetti
     status.addresses = Some(addrs);
 }
 
-fn hugepage_resource(page_size_bytes: u64) -> String {
-    format!("{HUGEPAGES_PREFIX}{}", quantity::bytes(page_size_bytes).0)
-}
-
 fn set_machine_info(status: &mut NodeStatus, cfg: &NodeSettings, m: &MachineFacts) {
     let info = status.node_info.get_or_insert_with(Default::default);
     info.machine_id = m.machine_id.clone();
@@ -232,120 +230,26 @@ fn set_machine_info(status: &mut NodeStatus, cfg: &NodeSettings, m: &MachineFact
     });
 
     let capacity = status.capacity.get_or_insert_with(BTreeMap::new);
-    let cpus = m.num_cpus.unwrap_or(0);
-    capacity.insert(CPU.into(), quantity::units(cpus as i64));
-    capacity.insert(MEMORY.into(), quantity::bytes(m.memory_bytes.unwrap_or(0)));
-    for hp in &m.hugepages {
-        capacity.insert(
-            hugepage_resource(hp.page_size_bytes),
-            quantity::bytes(hp.page_size_bytes.saturating_mul(hp.pages)),
-        );
+    for (name, amount) in allocatable::capacity(m, &cfg.allocatable) {
+        let style = allocatable::style_for(&name);
+        capacity.insert(name, amount.to_quantity(style));
     }
-    let max_pods = i64::from(cfg.max_pods);
-    let pods = if cfg.pods_per_core > 0 {
-        (cpus as i64)
-            .saturating_mul(i64::from(cfg.pods_per_core))
-            .min(max_pods)
-    } else {
-        max_pods
-    };
-    capacity.insert(PODS.into(), quantity::units(pods));
-    if cfg.local_storage_capacity_isolation
-        && let Some(size) = m.root_fs_bytes
-    {
-        capacity.insert(EPHEMERAL_STORAGE.into(), quantity::bytes(size));
-    }
-
+    // Allocatable follows every capacity the status holds, each in its capacity's spelling.
+    let amounts: allocatable::Resources = capacity
+        .iter()
+        .filter_map(|(k, v)| Some((k.clone(), Amount::of(v).ok()?)))
+        .collect();
     let allocatable = status.allocatable.get_or_insert_with(BTreeMap::new);
     allocatable.retain(|k, _| capacity.contains_key(k) || !is_extended_resource(k));
-    let reserved = reservations(cfg, capacity);
-    for (k, v) in capacity.iter() {
-        let Ok(cap) = parse_str_nano(&v.0) else {
-            continue;
-        };
-        let left = (cap - reserved.get(k).copied().unwrap_or(0)).max(0);
-        allocatable.insert(k.clone(), quantity::format(left, quantity::style_of(v)));
-    }
-    // Memory backing huge pages is not available to ordinary allocations.
-    let hugepage_total: i128 = capacity
-        .iter()
-        .filter(|(k, _)| k.starts_with(HUGEPAGES_PREFIX))
-        .filter_map(|(_, v)| parse_str_nano(&v.0).ok())
-        .sum();
-    if hugepage_total > 0
-        && let Some(mem) = allocatable.get(MEMORY)
-        && let Ok(nano) = parse_str_nano(&mem.0)
-    {
-        let style = quantity::style_of(mem);
-        allocatable.insert(
-            MEMORY.into(),
-            quantity::format((nano - hugepage_total).max(0), style),
-        );
+    for (name, left) in allocatable::allocatable(&cfg.allocatable, &amounts) {
+        let style = capacity.get(&name).map_or(Style::Decimal, Style::of);
+        allocatable.insert(name, left.to_quantity(style));
     }
 }
 
 /// Resource names outside the kubernetes.io domain that device plugins advertise.
 fn is_extended_resource(name: &str) -> bool {
     name.contains('/') && !name.starts_with("kubernetes.io/") && !name.starts_with("requests.")
-}
-
-/// What is held back from each capacity: system-reserved + kube-reserved + the hard
-/// eviction threshold that guards it (memory.available for memory, nodefs.available for
-/// ephemeral-storage), in nano-units.
-pub fn reservations(
-    cfg: &NodeSettings,
-    capacity: &BTreeMap<String, Quantity>,
-) -> BTreeMap<String, i128> {
-    let mut out = BTreeMap::new();
-    for (name, cap) in capacity {
-        if name == PODS {
-            continue;
-        }
-        let mut total: i128 = 0;
-        for reserved in [&cfg.system_reserved, &cfg.kube_reserved] {
-            if let Some(v) = reserved.get(name)
-                && let Ok(n) = parse_str_nano(v)
-            {
-                total += n;
-            }
-        }
-        let signal = match name.as_str() {
-            MEMORY => Some("memory.available"),
-            EPHEMERAL_STORAGE => Some("nodefs.available"),
-            _ => None,
-        };
-        if let Some(value) = signal.and_then(|s| cfg.eviction_hard.get(s))
-            && let Ok(cap_nano) = parse_str_nano(&cap.0)
-            && let Some(n) = threshold_amount(value, cap_nano)
-        {
-            total += n;
-        }
-        if total != 0 {
-            out.insert(name.clone(), total);
-        }
-    }
-    out
-}
-
-/// An eviction threshold as an amount: a quantity as given, or a percentage of `capacity`
-/// computed with upstream's float32 percentage so the result matches to the byte. 0% and
-/// 100% mean no threshold.
-pub fn threshold_amount(value: &str, capacity_nano: i128) -> Option<i128> {
-    let value = value.trim();
-    if let Some(p) = value.strip_suffix('%') {
-        if value == "0%" || value == "100%" {
-            return None;
-        }
-        let parsed: f64 = p.trim().parse().ok()?;
-        let fraction = (parsed as f32) / 100.0;
-        if !(0.0..=1.0).contains(&fraction) {
-            return None;
-        }
-        let cap_units = capacity_nano.div_euclid(NANO) + i128::from(capacity_nano % NANO != 0);
-        let amount = (cap_units as f64 * f64::from(fraction)) as i64;
-        return Some(i128::from(amount) * NANO);
-    }
-    parse_str_nano(value).ok().filter(|n| *n >= 0)
 }
 
 fn set_version_info(status: &mut NodeStatus, cfg: &NodeSettings, inputs: &StatusInputs) {
@@ -442,7 +346,7 @@ const PID_PRESSURE: PressureKind = PressureKind {
 fn set_conditions(status: &mut NodeStatus, cfg: &NodeSettings, inputs: &StatusInputs, now: &Time) {
     let mut errors = inputs.ready_errors.clone();
     let mut required = vec![CPU, MEMORY, PODS];
-    if cfg.local_storage_capacity_isolation {
+    if cfg.allocatable.local_storage_capacity_isolation {
         required.push(EPHEMERAL_STORAGE);
     }
     let capacity = status.capacity.clone().unwrap_or_default();
@@ -564,8 +468,8 @@ fn comparable(status: Option<&NodeStatus>) -> Value {
         for key in ["capacity", "allocatable"] {
             if let Some(Value::Object(m)) = obj.get_mut(key) {
                 for q in m.values_mut() {
-                    if let Some(nano) = q.as_str().and_then(|s| parse_str_nano(s).ok()) {
-                        *q = Value::String(nano.to_string());
+                    if let Some(amount) = q.as_str().and_then(|s| Amount::parse(s).ok()) {
+                        *q = Value::String(amount.nano().to_string());
                     }
                 }
             }

@@ -7,9 +7,7 @@
 //! fixed inputs, so it can be tested without an API server.
 
 pub mod build;
-pub mod info;
 pub mod lease;
-pub mod quantity;
 pub mod register;
 pub mod status;
 
@@ -23,6 +21,7 @@ use k8s_openapi::api::core::v1::Taint;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::Settings;
+use crate::cm::allocatable::AllocatableSettings;
 use crate::cri::{CriError, RuntimeClient};
 use crate::pleg::PlegHealth;
 
@@ -42,18 +41,14 @@ pub struct NodeSettings {
     pub register_with_taints: Vec<Taint>,
     pub provider_id: String,
     pub enable_controller_attach_detach: bool,
-    pub max_pods: i32,
-    pub pods_per_core: i32,
+    /// Capacity, reservations and what is left for pods.
+    pub allocatable: AllocatableSettings,
     pub port: i32,
     pub status_update_frequency: Duration,
     pub status_report_frequency: Duration,
     pub lease_duration_seconds: i32,
     /// Cap on images in the status; -1 means no cap.
     pub max_images: i32,
-    pub system_reserved: BTreeMap<String, String>,
-    pub kube_reserved: BTreeMap<String, String>,
-    pub eviction_hard: BTreeMap<String, String>,
-    pub local_storage_capacity_isolation: bool,
     /// The kubelet root directory; its filesystem's size is the ephemeral-storage capacity.
     pub root_dir: PathBuf,
     pub kubelet_version: String,
@@ -89,17 +84,12 @@ impl NodeSettings {
             register_with_taints: cfg.register_with_taints.clone(),
             provider_id: cfg.provider_id.clone(),
             enable_controller_attach_detach: cfg.enable_controller_attach_detach,
-            max_pods: cfg.max_pods,
-            pods_per_core: cfg.pods_per_core,
+            allocatable: AllocatableSettings::from(settings),
             port: cfg.port,
             status_update_frequency: update,
             status_report_frequency: cfg.node_status_report_frequency.as_duration(),
             lease_duration_seconds: cfg.node_lease_duration_seconds,
             max_images: cfg.node_status_max_images,
-            system_reserved: cfg.system_reserved.clone(),
-            kube_reserved: cfg.kube_reserved.clone(),
-            eviction_hard: cfg.eviction_hard.clone(),
-            local_storage_capacity_isolation: cfg.local_storage_capacity_isolation,
             root_dir: flags.root_dir.clone(),
             kubelet_version: crate::cli::KUBELET_VERSION.to_string(),
             api_timeout: heartbeat_timeout(update, lease),
@@ -130,23 +120,6 @@ pub struct NodeContext {
 }
 
 impl NodeContext {
-    pub fn new(
-        client: kube::Client,
-        settings: &Settings,
-        detected_ip: &str,
-        cri: RuntimeClient,
-        pleg: Arc<PlegHealth>,
-    ) -> Self {
-        Self {
-            client,
-            node_name: settings.node_name(),
-            settings: NodeSettings::from_settings(settings, detected_ip),
-            cri,
-            pleg,
-            events: crate::events::EventRecorder::default(),
-        }
-    }
-
     pub fn with_events(mut self, events: crate::events::EventRecorder) -> Self {
         self.events = events;
         self
@@ -250,6 +223,27 @@ async fn sleep_or_cancel(cancel: &CancellationToken, d: Duration) -> bool {
     }
 }
 
+/// The node's presence in the API server, in `tasks`.
+pub fn spawn(
+    settings: NodeSettings,
+    client: kube::Client,
+    cri: RuntimeClient,
+    pleg: Arc<PlegHealth>,
+    events: crate::events::EventRecorder,
+    tasks: &mut crate::tasks::Tasks,
+    cancel: &CancellationToken,
+) {
+    let ctx = NodeContext {
+        client,
+        node_name: settings.hostname.clone(),
+        settings,
+        cri,
+        pleg,
+        events,
+    };
+    tasks.critical("node status and lease", run(ctx, cancel.child_token()));
+}
+
 /// Registers the node (when configured to), then keeps its status and lease current until
 /// `cancel` fires.
 pub async fn run(ctx: NodeContext, cancel: CancellationToken) {
@@ -274,24 +268,6 @@ pub async fn run(ctx: NodeContext, cancel: CancellationToken) {
     );
 }
 
-/// The labels and allocatable resources this node registers with, for pod admission.
-/// Blocking (reads machine facts): call it before the async loops start or off the runtime.
-pub fn admission_view(
-    settings: &NodeSettings,
-    root_dir: &std::path::Path,
-) -> (
-    BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
-    BTreeMap<String, String>,
-) {
-    let inputs = build::StatusInputs {
-        machine: info::read_machine_facts(&info::FactSources::default(), root_dir),
-        ..Default::default()
-    };
-    let node = build::initial_node(settings, &inputs, &jiff::Timestamp::now());
-    let allocatable = node.status.and_then(|s| s.allocatable).unwrap_or_default();
-    (allocatable, node.metadata.labels.unwrap_or_default())
-}
-
 /// Defaults as a kubelet with no flags would have them, for node "node-a" at 10.0.0.5.
 #[cfg(test)]
 pub(crate) fn test_settings() -> NodeSettings {
@@ -305,17 +281,17 @@ pub(crate) fn test_settings() -> NodeSettings {
         register_with_taints: Vec::new(),
         provider_id: String::new(),
         enable_controller_attach_detach: true,
-        max_pods: 110,
-        pods_per_core: 0,
+        allocatable: AllocatableSettings {
+            max_pods: 110,
+            local_storage_capacity_isolation: true,
+            enforce_node_allocatable: vec!["pods".into()],
+            ..Default::default()
+        },
         port: 10250,
         status_update_frequency: Duration::from_secs(10),
         status_report_frequency: Duration::from_secs(300),
         lease_duration_seconds: 40,
         max_images: 50,
-        system_reserved: BTreeMap::new(),
-        kube_reserved: BTreeMap::new(),
-        eviction_hard: BTreeMap::new(),
-        local_storage_capacity_isolation: true,
         root_dir: PathBuf::from("/var/lib/kubelet"),
         kubelet_version: crate::cli::KUBELET_VERSION.to_string(),
         api_timeout: Duration::from_secs(10),
@@ -352,7 +328,7 @@ mod tests {
         assert!(!n.node_ip_given);
         assert!(n.external_cloud_provider);
         assert_eq!(n.node_labels.get("team").map(String::as_str), Some("x"));
-        assert_eq!(n.max_pods, 42);
+        assert_eq!(n.allocatable.max_pods, 42);
         assert_eq!(n.status_update_frequency, Duration::from_secs(10));
         assert_eq!(n.status_report_frequency, Duration::from_secs(300));
         assert_eq!(n.lease_duration_seconds, 40);

@@ -11,10 +11,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::build::{self, Pressure, StatusInputs};
-use super::info::{self, FactSources, MachineFacts};
 use super::{NodeContext, NodeError, api_call, cri_call, register, sleep_or_cancel};
 use crate::cli::duration::format_go_duration;
 use crate::cri::api;
+use crate::host::{FactSources, MachineFacts, read_machine_facts};
 
 /// Upstream tries a status update this many times in a row before waiting for the next tick.
 const UPDATE_RETRIES: usize = 5;
@@ -119,9 +119,8 @@ impl RuntimeTracker {
 
 async fn machine_facts(ctx: &NodeContext) -> MachineFacts {
     let root = ctx.settings.root_dir.clone();
-    let read = tokio::task::spawn_blocking(move || {
-        info::read_machine_facts(&FactSources::default(), &root)
-    });
+    let read =
+        tokio::task::spawn_blocking(move || read_machine_facts(&FactSources::default(), &root));
     match tokio::time::timeout(FACTS_TIMEOUT, read).await {
         Ok(Ok(f)) => f,
         Ok(Err(e)) => {

@@ -126,6 +126,37 @@ fn changed(old: &HashMap<String, u64>, new: &HashMap<String, (u64, RuntimePod)>)
     out
 }
 
+/// How often the runtime is relisted.
+const RELIST_PERIOD: Duration = Duration::from_secs(1);
+/// Events queued for the sync loop (pod UIDs); a full queue only delays a wake-up.
+const EVENT_QUEUE: usize = 1000;
+
+/// What the PLEG hands the sync loop and the health checks.
+pub struct PlegOutputs {
+    /// UIDs of pods whose containers changed.
+    pub events: mpsc::Receiver<String>,
+    /// Everything the last relist saw.
+    pub runtime_pods: watch::Receiver<RuntimePods>,
+    pub health: Arc<PlegHealth>,
+}
+
+/// Starts relisting the runtime every second in `tasks`.
+pub fn spawn(
+    cri: RuntimeClient,
+    tasks: &mut crate::tasks::Tasks,
+    cancel: &CancellationToken,
+) -> PlegOutputs {
+    let health = Arc::new(PlegHealth::default());
+    let (tx, events) = mpsc::channel(EVENT_QUEUE);
+    let (pleg, runtime_pods) = Pleg::new(cri, RELIST_PERIOD, tx, health.clone());
+    tasks.critical("PLEG", pleg.run(cancel.child_token()));
+    PlegOutputs {
+        events,
+        runtime_pods,
+        health,
+    }
+}
+
 pub struct Pleg {
     cri: RuntimeClient,
     period: Duration,

@@ -5,9 +5,9 @@ use std::collections::HashMap;
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use crate::cm::QosClass;
-use crate::cm::quantity::{parse_bytes, parse_cpu_millis};
 use crate::cm::resources::{milli_cpu_to_quota, milli_cpu_to_shares};
 use crate::cri::api;
+use crate::quantity::{parse_bytes, parse_cpu_millis};
 use crate::runtime::env::{self, EnvError, PodFacts};
 use crate::runtime::labels;
 use crate::runtime::paths;

@@ -112,7 +112,7 @@ fn resource_field(
     r: &k8s_openapi::api::core::v1::ResourceFieldSelector,
     facts: &PodFacts,
 ) -> Result<String, String> {
-    use crate::cm::quantity::{parse_nano, parse_str_nano};
+    use crate::quantity::Amount;
     let target = match r.container_name.as_deref().filter(|n| !n.is_empty()) {
         None => own,
         Some(name) => pod
@@ -138,26 +138,30 @@ fn resource_field(
     };
     let set = map
         .and_then(|m| m.get(resource))
-        .map(parse_nano)
+        .map(Amount::of)
         .transpose()
         .map_err(|e| e.to_string())?;
     let node = match resource {
-        "cpu" => facts.node_cpu_millis as i128 * 1_000_000,
-        "memory" => facts.node_memory_bytes as i128 * 1_000_000_000,
-        "ephemeral-storage" => 0,
+        "cpu" => Amount::from_millis(facts.node_cpu_millis),
+        "memory" => Amount::from_units(facts.node_memory_bytes),
+        "ephemeral-storage" => Amount::ZERO,
         _ => return Err(format!("unsupported resource {:?}", r.resource)),
     };
-    let value = set.unwrap_or(if which == "limits" { node } else { 0 });
+    let value = set.unwrap_or(if which == "limits" {
+        node
+    } else {
+        Amount::ZERO
+    });
     let divisor = r
         .divisor
         .as_ref()
-        .map(parse_nano)
+        .map(Amount::of)
         .transpose()
         .map_err(|e| e.to_string())?
-        .filter(|d| *d > 0)
-        .unwrap_or(parse_str_nano("1").unwrap_or(1_000_000_000));
+        .filter(|d| *d > Amount::ZERO)
+        .unwrap_or(Amount::from_units(1));
     // Ceiling division on non-negative values.
-    let out = (value + divisor - 1) / divisor;
+    let out = (value.nano() + divisor.nano() - 1) / divisor.nano();
     Ok(out.to_string())
 }
 

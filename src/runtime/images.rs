@@ -83,7 +83,23 @@ pub struct PulledImage {
     pub took: Duration,
 }
 
+/// Upstream's bound on how long image pulls may take when nothing else limits them.
+const PULL_DEADLINE: Duration = Duration::from_secs(30 * 60);
+
 impl ImagePuller {
+    /// `serializeImagePulls` (one at a time) or `maxParallelImagePulls` (unbounded if unset).
+    pub fn from_settings(cri: RuntimeClient, settings: &crate::cli::Settings) -> Self {
+        let cfg = &settings.config;
+        let max_pulls = if cfg.serialize_image_pulls {
+            1
+        } else {
+            cfg.max_parallel_image_pulls
+                .map(|n| n.max(1) as usize)
+                .unwrap_or(usize::MAX >> 4)
+        };
+        Self::new(cri, max_pulls, PULL_DEADLINE)
+    }
+
     pub fn new(cri: RuntimeClient, max_parallel: usize, deadline: Duration) -> Self {
         ImagePuller {
             cri,

@@ -92,6 +92,26 @@ pub struct RuntimeSettings {
     pub runtime_handler: String,
 }
 
+impl RuntimeSettings {
+    pub fn new(settings: &crate::cli::Settings, host: &crate::host::Host) -> Self {
+        let cfg = &settings.config;
+        RuntimeSettings {
+            node_ip: host.node_ip.clone(),
+            logs_root: PathBuf::from(paths::POD_LOGS_ROOT),
+            root_dir: settings.flags.root_dir.clone(),
+            dns: dns::DnsSettings {
+                cluster_dns: cfg.cluster_dns.clone(),
+                cluster_domain: cfg.cluster_domain.clone(),
+                host: dns::load_host_resolv_conf(std::path::Path::new(&cfg.resolv_conf)),
+            },
+            machine_memory: host.memory_bytes(),
+            machine_cpu_millis: host.cpu_millis(),
+            cgroup_options: crate::cm::CgroupSettings::from(settings).pod,
+            runtime_handler: String::new(),
+        }
+    }
+}
+
 pub struct RuntimeManager {
     cri: RuntimeClient,
     /// For volumes whose contents live in the API server (secrets, configMaps).

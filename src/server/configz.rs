@@ -8,7 +8,7 @@ use serde_json::json;
 use super::ServerState;
 
 pub async fn get(State(state): State<ServerState>) -> Response {
-    let body = json!({ "kubeletconfig": state.settings.config.to_configz_json() });
+    let body = json!({ "kubeletconfig": state.settings.configz.as_ref() });
     (
         [
             ("content-type", "application/json"),

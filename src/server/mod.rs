@@ -16,7 +16,7 @@ mod stats;
 mod streaming;
 pub mod tls;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,11 +24,13 @@ use axum::Router;
 use axum::routing::{any, get};
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::Settings;
+use crate::cli::{KubeletConfiguration, Settings};
 use crate::cri::RuntimeClient;
+use crate::host::Host;
 use crate::pleg::PlegHealth;
 use crate::status::StatusStore;
 use crate::sync::SyncLoopHealth;
+use crate::tasks::Tasks;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -42,6 +44,27 @@ pub enum ServerError {
     Tls(#[from] tls::TlsError),
     #[error(transparent)]
     Auth(#[from] auth::AuthError),
+    #[error("invalid address {0:?}")]
+    Address(String),
+}
+
+/// What the handlers need of the kubelet's settings.
+#[derive(Clone, Debug)]
+pub struct ServerSettings {
+    /// The effective configuration as /configz shows it, rendered once.
+    pub configz: Arc<serde_json::Value>,
+    pub debugging_handlers: bool,
+    pub system_log_handler: bool,
+}
+
+impl From<&KubeletConfiguration> for ServerSettings {
+    fn from(cfg: &KubeletConfiguration) -> Self {
+        ServerSettings {
+            configz: Arc::new(cfg.to_configz_json()),
+            debugging_handlers: cfg.enable_debugging_handlers,
+            system_log_handler: cfg.enable_system_log_handler,
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -52,8 +75,7 @@ pub struct ServerState {
     /// The sync loop is unhealthy when it has not gone round for this long.
     pub sync_loop_deadline: Duration,
     pub cri: RuntimeClient,
-    /// The effective flags and configuration, for /configz and the endpoints' limits.
-    pub settings: Arc<Settings>,
+    pub settings: Arc<ServerSettings>,
     pub node_name: String,
     /// The API server client (token and access reviews); None when standalone.
     pub api: Option<kube::Client>,
@@ -92,11 +114,7 @@ impl ServerState {
             pleg_health: Arc::new(PlegHealth::default()),
             sync_loop_deadline: Duration::from_secs(300),
             cri,
-            settings: Arc::new(Settings {
-                flags: crate::cli::KubeletFlags::default(),
-                config: crate::cli::KubeletConfiguration::defaulted(),
-                warnings: Vec::new(),
-            }),
+            settings: Arc::new(ServerSettings::from(&KubeletConfiguration::defaulted())),
             node_name: "test-node".to_string(),
             api: None,
         }
@@ -151,21 +169,20 @@ pub fn read_only_router(state: ServerState) -> Router {
 /// `Extension<auth::x509::PeerCertificates>` and the peer address as
 /// `ConnectInfo<SocketAddr>`. Fails when the auth settings cannot work (no API client for a
 /// webhook mode, unreadable client CA file).
-pub fn secure_router(state: ServerState) -> Result<Router, ServerError> {
-    let kubelet_auth = auth::KubeletAuth::from_config(
-        &state.settings.config,
-        &state.node_name,
-        state.api.as_ref(),
-    )?;
+pub fn secure_router(
+    state: ServerState,
+    cfg: &KubeletConfiguration,
+) -> Result<Router, ServerError> {
+    let kubelet_auth = auth::KubeletAuth::from_config(cfg, &state.node_name, state.api.as_ref())?;
     Ok(secure_router_with(state, kubelet_auth))
 }
 
 /// [`secure_router`] with authentication and authorization built beforehand (the kubelet does
 /// so at start-up, before any pod runs, so bad settings stop it early).
 pub fn secure_router_with(state: ServerState, kubelet_auth: auth::KubeletAuth) -> Router {
-    let cfg = &state.settings.config;
-    let routes = if cfg.enable_debugging_handlers {
-        default_routes().merge(debugging_routes(cfg.enable_system_log_handler))
+    let cfg = &state.settings;
+    let routes = if cfg.debugging_handlers {
+        default_routes().merge(debugging_routes(cfg.system_log_handler))
     } else {
         default_routes().merge(fallbacks::debugging_disabled())
     };
@@ -183,6 +200,90 @@ pub fn secure_router_with(state: ServerState, kubelet_auth: auth::KubeletAuth) -
             http_metrics::record,
         ))
         .with_state(state)
+}
+
+/// The API ports, bound and configured before anything runs: a taken port or bad TLS and
+/// auth settings stop the kubelet at start, as upstream builds them first.
+pub struct Listeners {
+    secure: Option<(
+        tokio::net::TcpListener,
+        Arc<rustls::ServerConfig>,
+        auth::KubeletAuth,
+    )>,
+    healthz: Option<tokio::net::TcpListener>,
+    read_only: Option<tokio::net::TcpListener>,
+}
+
+impl Listeners {
+    /// Binds the ports the settings turn on. Also returns the handlers' settings, whose
+    /// /configz shows the serving files in use (upstream fills in the generated pair's paths).
+    pub async fn bind(
+        settings: &Settings,
+        host: &Host,
+        api: Option<&kube::Client>,
+    ) -> Result<(Self, ServerSettings), ServerError> {
+        let cfg = &settings.config;
+        let node_name = settings.node_name();
+        let mut served = cfg.clone();
+        let secure = if cfg.enable_server {
+            let ips = crate::host::serving_ips(&settings.flags.node_ip, &host.node_ip);
+            let (tls, files) = tls::server_config(cfg, &settings.flags.cert_dir, &node_name, &ips)?;
+            let auth = auth::KubeletAuth::from_config(cfg, &node_name, api)?;
+            served.tls_cert_file = files.cert.to_string_lossy().into_owned();
+            served.tls_private_key_file = files.key.to_string_lossy().into_owned();
+            Some((bind(socket_addr(&cfg.address, cfg.port)?).await?, tls, auth))
+        } else {
+            None
+        };
+        let optional = |ip: &str, port: i32| (port > 0).then(|| socket_addr(ip, port));
+        let healthz = match optional(&cfg.healthz_bind_address, cfg.healthz_port) {
+            Some(addr) => Some(bind(addr?).await?),
+            None => None,
+        };
+        let read_only = match optional(&cfg.address, cfg.read_only_port) {
+            Some(addr) => Some(bind(addr?).await?),
+            None => None,
+        };
+        let listeners = Listeners {
+            secure,
+            healthz,
+            read_only,
+        };
+        Ok((listeners, ServerSettings::from(&served)))
+    }
+
+    /// Serves every bound port until `cancel`; each is a critical task.
+    pub fn spawn(self, state: ServerState, tasks: &mut Tasks, cancel: &CancellationToken) {
+        if let Some((listener, tls, auth)) = self.secure {
+            let router = secure_router_with(state.clone(), auth);
+            tasks.critical_fallible(
+                "kubelet server",
+                serve(listener, Some(tls), router, cancel.child_token()),
+            );
+        }
+        if let Some(listener) = self.healthz {
+            let router = healthz_router(state.clone());
+            tasks.critical_fallible(
+                "healthz server",
+                serve(listener, None, router, cancel.child_token()),
+            );
+        }
+        if let Some(listener) = self.read_only {
+            let router = read_only_router(state);
+            tasks.critical_fallible(
+                "read-only server",
+                serve(listener, None, router, cancel.child_token()),
+            );
+        }
+    }
+}
+
+fn socket_addr(ip: &str, port: i32) -> Result<SocketAddr, ServerError> {
+    let ip: IpAddr = ip
+        .parse()
+        .map_err(|_| ServerError::Address(ip.to_string()))?;
+    let port = u16::try_from(port).map_err(|_| ServerError::Address(format!("{ip}:{port}")))?;
+    Ok(SocketAddr::new(ip, port))
 }
 
 /// Binds first (so a taken port is a start-up error), then serves until cancelled.
@@ -207,12 +308,14 @@ mod tests {
     use super::*;
     use tower::ServiceExt;
 
-    fn state(configure: impl FnOnce(&mut crate::cli::KubeletConfiguration)) -> ServerState {
+    fn state(
+        configure: impl FnOnce(&mut KubeletConfiguration),
+    ) -> (ServerState, KubeletConfiguration) {
         let mut state = ServerState::for_tests(RuntimeClient::unreachable());
-        let mut settings = (*state.settings).clone();
-        configure(&mut settings.config);
-        state.settings = Arc::new(settings);
-        state
+        let mut cfg = KubeletConfiguration::defaulted();
+        configure(&mut cfg);
+        state.settings = Arc::new(ServerSettings::from(&cfg));
+        (state, cfg)
     }
 
     async fn status(router: Router, path: &str) -> (u16, String) {
@@ -229,7 +332,7 @@ mod tests {
 
     #[tokio::test]
     async fn read_only_port_refuses_debugging_paths_like_upstream() {
-        let router = read_only_router(state(|_| {}));
+        let router = read_only_router(state(|_| {}).0);
         let (code, body) = status(router.clone(), "/exec/ns/pod/c?command=ls").await;
         assert_eq!(
             (code, body.as_str()),
@@ -242,13 +345,13 @@ mod tests {
 
     #[tokio::test]
     async fn system_log_handler_off_closes_logs_only() {
-        let st = state(|c| {
+        let (st, cfg) = state(|c| {
             c.enable_system_log_handler = false;
             c.authorization.mode = "AlwaysAllow".into();
             c.authentication.anonymous.enabled = true;
             c.authentication.webhook.enabled = false;
         });
-        let router = secure_router(st).unwrap();
+        let router = secure_router(st, &cfg).unwrap();
         let (code, body) = status(router.clone(), "/logs/").await;
         assert_eq!((code, body.as_str()), (405, "logs endpoint is disabled.\n"));
         // Container logs stay: a missing pod is a 404, not a 405.

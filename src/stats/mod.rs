@@ -127,6 +127,18 @@ impl StatsProvider {
 
     /// Records cumulative CPU every [`SAMPLE_PERIOD`] until cancelled, so usageNanoCores is
     /// there when asked for; series of pods and containers that are gone are forgotten.
+    /// Keeps the CPU rates current in `tasks`.
+    pub fn spawn_sampler(
+        self: &Arc<Self>,
+        tasks: &mut crate::tasks::Tasks,
+        cancel: &CancellationToken,
+    ) {
+        tasks.background(
+            "stats sampler",
+            self.clone().run_sampler(cancel.child_token()),
+        );
+    }
+
     pub async fn run_sampler(self: Arc<Self>, cancel: CancellationToken) {
         let mut tick = tokio::time::interval(SAMPLE_PERIOD);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -48,6 +48,27 @@ pub struct StatusStore {
     notify: Option<tokio::sync::mpsc::Sender<StatusEvent>>,
 }
 
+/// Queue of status notifications to the API-server syncer.
+const NOTIFY_QUEUE: usize = 1024;
+
+/// The kubelet's status store; with an API server, a syncer in `tasks` patches each pod's
+/// status there as it changes.
+pub fn spawn(
+    client: Option<&kube::Client>,
+    node_name: &str,
+    tasks: &mut crate::tasks::Tasks,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Arc<StatusStore> {
+    let Some(client) = client else {
+        return Arc::new(StatusStore::default());
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel(NOTIFY_QUEUE);
+    let store = Arc::new(StatusStore::with_notifier(tx));
+    let syncer = apiserver::StatusSyncer::new(client.clone(), store.clone(), node_name.into());
+    tasks.critical("status syncer", syncer.run(rx, cancel.child_token()));
+    store
+}
+
 impl StatusStore {
     pub fn with_notifier(notify: tokio::sync::mpsc::Sender<StatusEvent>) -> Self {
         StatusStore {

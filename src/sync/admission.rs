@@ -16,13 +16,27 @@ pub struct Allocatable {
     pub pods: i64,
 }
 
+impl Allocatable {
+    /// From the node's allocatable resources (whole millicores, bytes and pods).
+    pub fn from_resources(resources: &crate::cm::allocatable::Resources) -> Self {
+        let get = |name: &str, scale: i128| {
+            resources
+                .get(name)
+                .map_or(0, |a| i64::try_from(a.nano() / scale).unwrap_or(i64::MAX))
+        };
+        Allocatable {
+            cpu_millis: get("cpu", 1_000_000),
+            memory_bytes: get("memory", crate::quantity::NANO),
+            pods: get("pods", crate::quantity::NANO),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rejection {
     pub reason: String,
     pub message: String,
 }
-
-const NANO: i128 = 1_000_000_000;
 
 fn requests(pod: &Pod) -> (i64, i64) {
     let totals = pod
@@ -30,8 +44,9 @@ fn requests(pod: &Pod) -> (i64, i64) {
         .as_ref()
         .and_then(|s| pod_requests(s).ok())
         .unwrap_or_default();
-    let cpu = totals.get("cpu").copied().unwrap_or(0) / 1_000_000;
-    let mem = totals.get("memory").copied().unwrap_or(0) / NANO;
+    let amount = |name: &str| totals.get(name).copied().unwrap_or_default().nano();
+    let cpu = amount("cpu") / 1_000_000;
+    let mem = amount("memory") / crate::quantity::NANO;
     (cpu as i64, mem as i64)
 }
 

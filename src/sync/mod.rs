@@ -63,6 +63,29 @@ pub struct SyncLoopInputs {
     pub sources_ready: watch::Receiver<bool>,
 }
 
+/// The sync loop's part of the kubelet configuration.
+#[derive(Clone, Copy, Debug)]
+pub struct SyncSettings {
+    /// `syncFrequency`: how often every pod is synced even without events.
+    pub resync: Duration,
+    /// `maxPods`, which bounds the worker map.
+    pub max_pods: usize,
+    /// healthz fails once the loop has not gone round for this long (upstream: twice the
+    /// sync frequency, at least 5 minutes).
+    pub loop_deadline: Duration,
+}
+
+impl From<&crate::cli::Settings> for SyncSettings {
+    fn from(settings: &crate::cli::Settings) -> Self {
+        let cfg = &settings.config;
+        SyncSettings {
+            resync: cfg.sync_frequency.0,
+            max_pods: cfg.max_pods.max(1) as usize,
+            loop_deadline: (cfg.sync_frequency.0 * 2).max(Duration::from_secs(300)),
+        }
+    }
+}
+
 fn uid_of(pod: &Pod) -> String {
     pod.metadata.uid.clone().unwrap_or_default()
 }
@@ -304,6 +327,11 @@ impl SyncLoop {
                 },
             );
         }
+    }
+
+    /// Runs the loop in `tasks` until cancelled.
+    pub fn start(self, inputs: SyncLoopInputs, tasks: &mut crate::tasks::Tasks) {
+        tasks.critical("sync loop", self.run(inputs));
     }
 
     pub async fn run(mut self, mut inputs: SyncLoopInputs) {

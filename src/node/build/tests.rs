@@ -7,8 +7,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
 
 use super::*;
+use crate::host::{HugePages, MachineFacts};
 use crate::node::NodeSettings;
-use crate::node::info::{HugePages, MachineFacts};
 
 const GI: u64 = 1 << 30;
 
@@ -229,9 +229,9 @@ fn capacity_and_allocatable_without_reservations() {
 #[test]
 fn allocatable_subtracts_reservations_and_thresholds() {
     let mut cfg = settings();
-    cfg.system_reserved = strs(&[("cpu", "100m"), ("memory", "1Gi"), ("pid", "1000")]);
-    cfg.kube_reserved = strs(&[("memory", "500Mi"), ("ephemeral-storage", "1Gi")]);
-    cfg.eviction_hard = strs(&[
+    cfg.allocatable.system_reserved = strs(&[("cpu", "100m"), ("memory", "1Gi"), ("pid", "1000")]);
+    cfg.allocatable.kube_reserved = strs(&[("memory", "500Mi"), ("ephemeral-storage", "1Gi")]);
+    cfg.allocatable.eviction_hard = strs(&[
         ("memory.available", "100Mi"),
         ("nodefs.available", "10%"),
         ("imagefs.available", "15%"),
@@ -258,7 +258,7 @@ fn allocatable_subtracts_reservations_and_thresholds() {
 #[test]
 fn percentage_memory_threshold_and_floor_at_zero() {
     let mut cfg = settings();
-    cfg.eviction_hard = strs(&[("memory.available", "5%")]);
+    cfg.allocatable.eviction_hard = strs(&[("memory.available", "5%")]);
     let mut i = inputs();
     i.machine.hugepages.clear();
     let node = initial_node(&cfg, &i, &ts("2025-01-01T00:00:00Z"));
@@ -268,7 +268,7 @@ fn percentage_memory_threshold_and_floor_at_zero() {
         (16 * GI - 858_993_472).to_string()
     );
 
-    cfg.system_reserved = strs(&[("memory", "100Gi"), ("cpu", "8")]);
+    cfg.allocatable.system_reserved = strs(&[("memory", "100Gi"), ("cpu", "8")]);
     let node = initial_node(&cfg, &i, &ts("2025-01-01T00:00:00Z"));
     let s = node.status.unwrap_or_default();
     assert_eq!(q(&s.allocatable, MEMORY), "0");
@@ -276,29 +276,12 @@ fn percentage_memory_threshold_and_floor_at_zero() {
 }
 
 #[test]
-fn threshold_amounts() {
-    let cap = i128::from(100 * GI) * quantity::NANO;
-    assert_eq!(threshold_amount("0%", cap), None);
-    assert_eq!(threshold_amount("100%", cap), None);
-    assert_eq!(
-        threshold_amount("10%", cap),
-        Some(10_737_418_400 * quantity::NANO)
-    );
-    assert_eq!(
-        threshold_amount("1Gi", cap),
-        Some(i128::from(GI) * quantity::NANO)
-    );
-    assert_eq!(threshold_amount("-1Gi", cap), None);
-    assert_eq!(threshold_amount("lots", cap), None);
-}
-
-#[test]
 fn pods_per_core_caps_pods() {
     let mut cfg = settings();
-    cfg.pods_per_core = 10;
+    cfg.allocatable.pods_per_core = 10;
     let node = initial_node(&cfg, &inputs(), &ts("2025-01-01T00:00:00Z"));
     assert_eq!(q(&node.status.unwrap_or_default().capacity, PODS), "40");
-    cfg.pods_per_core = 1000;
+    cfg.allocatable.pods_per_core = 1000;
     let node = initial_node(&cfg, &inputs(), &ts("2025-01-01T00:00:00Z"));
     assert_eq!(q(&node.status.unwrap_or_default().capacity, PODS), "110");
 }
@@ -315,7 +298,7 @@ fn missing_root_fs_makes_the_node_not_ready() {
         Some("missing node capacity for resources: ephemeral-storage")
     );
     let mut cfg = settings();
-    cfg.local_storage_capacity_isolation = false;
+    cfg.allocatable.local_storage_capacity_isolation = false;
     let node = initial_node(&cfg, &i, &ts("2025-01-01T00:00:00Z"));
     assert_eq!(condition(&node, COND_READY).status, "True");
 }

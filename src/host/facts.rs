@@ -1,4 +1,4 @@
-//! Facts about the machine the node status reports: processors, memory, huge pages, the size
+//! Facts about the machine: processors, memory, huge pages, the size
 //! of the filesystem holding the kubelet's root directory, and identity strings. Everything is
 //! read from procfs/sysfs; a fact that cannot be read is left empty rather than failing the
 //! whole status, as upstream does with cAdvisor's machine info.

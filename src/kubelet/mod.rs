@@ -1,0 +1,185 @@
+//! Wiring, in the order of the data flow: pod sources are merged into updates for the sync
+//! loop, which drives one worker per pod; workers ask the runtime manager to converge the pod
+//! over the CRI, with pod cgroups from cm; the PLEG relists the runtime and wakes workers on
+//! change; status turns runtime state into API pod status; the servers read it all. Each part
+//! builds itself from its own slice of the settings and starts its own tasks.
+//!
+//! Shutting down leaves pods running: a restarted kubelet adopts them.
+
+mod preflight;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use crate::cli::Settings;
+use crate::cm::CgroupSettings;
+use crate::cm::allocatable::{self, AllocatableSettings};
+use crate::host::Host;
+use crate::node::NodeSettings;
+use crate::runtime::images::ImagePuller;
+use crate::runtime::{RuntimeManager, RuntimeSettings};
+use crate::server::{Listeners, ServerState};
+use crate::sync::admission::Allocatable;
+use crate::sync::{Admission, SyncLoop, SyncLoopHealth, SyncLoopInputs, SyncSettings};
+use crate::tasks::{TaskError, Tasks};
+use crate::{certificate, config, events, node, pleg, podresources, server, stats, status};
+
+#[derive(Debug, thiserror::Error)]
+pub enum KubeletError {
+    #[error("container runtime at {endpoint} is not usable")]
+    Runtime {
+        endpoint: String,
+        #[source]
+        source: crate::cri::CriError,
+    },
+    #[error("cgroups: {0}")]
+    Cgroup(#[from] crate::cm::CgroupError),
+    #[error("{path}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    ApiServer(#[from] certificate::ConnectError),
+    #[error(transparent)]
+    Server(#[from] server::ServerError),
+    #[error(transparent)]
+    PodResources(#[from] podresources::PodResourcesError),
+    #[error("{0} is not supported by this version of kubelet-rs")]
+    Unsupported(String),
+    #[error(transparent)]
+    Task(#[from] TaskError),
+}
+
+pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), KubeletError> {
+    // Small procfs reads and one statvfs, once, before anything runs.
+    let host = Host::detect(&settings.flags.node_ip, &settings.flags.root_dir);
+    preflight::check_supported(&settings, &host)?;
+    let node_name = settings.node_name();
+    let (cfg, root_dir) = (&settings.config, &settings.flags.root_dir);
+    info!(node = %node_name, node_ip = %host.node_ip, version = crate::cli::KUBELET_VERSION, "Starting kubelet");
+    preflight::apply_oom_score_adj(cfg.oom_score_adj);
+    preflight::create_dirs(root_dir)?;
+    let (cri, runtime_name) = preflight::connect_runtime(&settings).await?;
+    let cgroup_settings = CgroupSettings::from(&settings);
+    let cgroups = cgroup_settings.start()?;
+
+    // API server mode (after TLS bootstrap), then the ports: bad TLS or auth settings and
+    // taken ports stop the kubelet here, before any pod runs.
+    let mut tasks = Tasks::default();
+    let client_settings = certificate::ClientSettings::from(&settings);
+    let api = tokio::select! {
+        api = certificate::connect(&client_settings, &mut tasks, &cancel) => api?,
+        _ = cancel.cancelled() => return Ok(()),
+    };
+    let (listeners, server_settings) = Listeners::bind(&settings, &host, api.as_ref()).await?;
+    let pod_resources = podresources::bind(root_dir)?;
+
+    let events = events::spawn(api.as_ref(), (&settings).into(), &mut tasks, &cancel);
+    let allocatable_settings = AllocatableSettings::from(&settings);
+    allocatable::spawn_enforcement(
+        cgroups.clone(),
+        &host.facts,
+        &allocatable_settings,
+        node_name.clone(),
+        events.clone(),
+        &mut tasks,
+        &cancel,
+    );
+    let runtime = Arc::new(
+        RuntimeManager::new(
+            cri.clone(),
+            cgroups.clone(),
+            ImagePuller::from_settings(cri.clone(), &settings),
+            events.clone(),
+            RuntimeSettings::new(&settings, &host),
+        )
+        .with_api_client(api.clone()),
+    );
+    let status = status::spawn(api.as_ref(), &node_name, &mut tasks, &cancel);
+
+    // Pod sources → PodConfig → sync loop ◄── PLEG.
+    let (pod_updates, sources_ready) =
+        config::spawn((&settings).into(), api.as_ref(), &mut tasks, &cancel);
+    let pleg = pleg::spawn(cri.clone(), &mut tasks, &cancel);
+    let node_settings = NodeSettings::from_settings(&settings, &host.node_ip);
+    let sync_settings = SyncSettings::from(&settings);
+    let sync_health = Arc::new(SyncLoopHealth::default());
+    let sync_loop = SyncLoop::new(
+        (runtime, status.clone()),
+        sync_settings.resync,
+        runtime_name,
+        sync_settings.max_pods,
+        sync_health.clone(),
+        cancel.child_token(),
+    );
+    let sync_loop = match &api {
+        // Pods from the API server are admitted against what the node offers them.
+        Some(_) => sync_loop.with_admission(Admission {
+            allocatable: Allocatable::from_resources(&allocatable::allocatable(
+                &allocatable_settings,
+                &allocatable::capacity(&host.facts, &allocatable_settings),
+            )),
+            node_labels: node::build::node_labels(&node_settings),
+        }),
+        None => sync_loop,
+    };
+    sync_loop.start(
+        SyncLoopInputs {
+            pod_updates,
+            pleg_events: pleg.events,
+            runtime_pods: pleg.runtime_pods,
+            sources_ready,
+        },
+        &mut tasks,
+    );
+    if let Some(client) = &api {
+        let (cri, health) = (cri.clone(), pleg.health.clone());
+        node::spawn(
+            node_settings,
+            client.clone(),
+            cri,
+            health,
+            events,
+            &mut tasks,
+            &cancel,
+        );
+    }
+
+    // The servers, which only read.
+    crate::metrics::kubelet().node_name.set(&[&node_name], 1.0);
+    let stats = Arc::new(stats::StatsProvider::new(
+        cri.clone(),
+        cgroups,
+        status.clone(),
+        root_dir.clone(),
+        node_name.clone(),
+        &cgroup_settings.cgroup_root,
+        cgroup_settings.cgroups_per_qos,
+    ));
+    stats.spawn_sampler(&mut tasks, &cancel);
+    let service = podresources::PodResourcesService::new(
+        status.clone(),
+        podresources::get_enabled(&cfg.feature_gates),
+    );
+    let serving = podresources::serve(pod_resources, service, cancel.child_token());
+    tasks.critical_fallible("pod-resources server", serving);
+    let state = ServerState {
+        status,
+        sync_health,
+        pleg_health: pleg.health,
+        sync_loop_deadline: sync_settings.loop_deadline,
+        cri,
+        settings: Arc::new(server_settings),
+        node_name,
+        api,
+        stats,
+    };
+    listeners.spawn(state, &mut tasks, &cancel);
+    info!("Kubelet started");
+    Ok(tasks.run_until(cancel).await?)
+}

@@ -1,0 +1,82 @@
+//! What the kubelet checks and prepares before any loop starts: settings this version cannot
+//! honour, its own oom_score_adj, its folders, and a runtime that answers.
+
+use std::path::Path;
+
+use tracing::{info, warn};
+
+use super::KubeletError;
+use crate::cli::Settings;
+use crate::cri::RuntimeClient;
+use crate::host::Host;
+use crate::runtime::paths;
+
+/// Settings this version parses (so upstream configurations load) but cannot honour yet.
+/// Refusing or warning here keeps the kubelet from silently doing something else.
+pub fn check_supported(settings: &Settings, host: &Host) -> Result<(), KubeletError> {
+    let cfg = &settings.config;
+    if cfg.cgroup_driver != "cgroupfs" {
+        return Err(KubeletError::Unsupported(format!(
+            "cgroupDriver {:?} (only \"cgroupfs\")",
+            cfg.cgroup_driver
+        )));
+    }
+    if cfg.fail_swap_on && host.swap_on() {
+        return Err(KubeletError::Unsupported(
+            "running with swap on (failSwapOn is true; turn swap off or set failSwapOn: false)"
+                .into(),
+        ));
+    }
+    if !cfg.static_pod_url.is_empty() {
+        warn!(url = %cfg.static_pod_url, "staticPodURL is not supported yet; ignoring it");
+    }
+    if settings.flags.bootstrap_kubeconfig.is_some() && settings.flags.kubeconfig.is_none() {
+        warn!("--bootstrap-kubeconfig needs --kubeconfig to write to; running standalone");
+    }
+    Ok(())
+}
+
+pub fn apply_oom_score_adj(value: i32) {
+    if let Err(err) = std::fs::write("/proc/self/oom_score_adj", value.to_string()) {
+        // Lowering it needs CAP_SYS_RESOURCE; running without is allowed, just less protected.
+        warn!(value, %err, "Failed to set the kubelet's oom_score_adj");
+    }
+}
+
+/// The root dir, its pods folder and the pod log root.
+pub fn create_dirs(root_dir: &Path) -> Result<(), KubeletError> {
+    let logs_root = Path::new(paths::POD_LOGS_ROOT);
+    for dir in [root_dir, &root_dir.join("pods"), logs_root] {
+        std::fs::create_dir_all(dir).map_err(|source| KubeletError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// Connects to the CRI runtime and asks its version; returns the client and the runtime's
+/// name (the sync loop reports it in pod statuses).
+pub async fn connect_runtime(settings: &Settings) -> Result<(RuntimeClient, String), KubeletError> {
+    let cfg = &settings.config;
+    let endpoint = &cfg.container_runtime_endpoint;
+    let failed = |source| KubeletError::Runtime {
+        endpoint: endpoint.clone(),
+        source,
+    };
+    let cri = RuntimeClient::connect(
+        endpoint,
+        &cfg.image_service_endpoint,
+        cfg.runtime_request_timeout.0,
+    )
+    .await
+    .map_err(failed)?;
+    let version = cri.version().await.map_err(failed)?;
+    info!(
+        runtime = %version.runtime_name,
+        runtime_version = %version.runtime_version,
+        api = %version.runtime_api_version,
+        "Container runtime connected"
+    );
+    Ok((cri, version.runtime_name))
+}
