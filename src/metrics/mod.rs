@@ -1,13 +1,11 @@
 //! Prometheus metrics: a process-wide registry of the kubelet_* families (like upstream's
 //! legacyregistry, so instrumented code needs no handle passed around), the process_*
-//! basics, and the text exposition of /metrics, /metrics/resource, /metrics/cadvisor and
-//! /metrics/probes.
+//! basics, and the text exposition of /metrics and /metrics/probes (/metrics/resource and
+//! /metrics/cadvisor are rendered beside the statistics, in `stats::exposition`).
 
-pub mod cadvisor;
 mod kubelet;
 pub mod process;
 pub mod registry;
-pub mod resource;
 pub mod text;
 
 use std::sync::{Arc, Mutex, OnceLock};
