@@ -9,7 +9,7 @@ pub mod registry;
 pub mod text;
 
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 
@@ -42,38 +42,6 @@ pub fn render_probes() -> String {
         text::Kind::Counter,
     );
     out
-}
-
-/// Upstream's operation_type for a CRI method: snake case, with "PodSandbox" as one word
-/// (`RunPodSandbox` → `run_podsandbox`), and `update_container` for resource updates.
-pub fn operation_type(method: &str) -> String {
-    if method == "UpdateContainerResources" {
-        return "update_container".into();
-    }
-    let mut out = String::with_capacity(method.len() + 4);
-    for (i, ch) in method.chars().enumerate() {
-        if ch.is_ascii_uppercase() {
-            if i > 0 {
-                out.push('_');
-            }
-            out.push(ch.to_ascii_lowercase());
-        } else {
-            out.push(ch);
-        }
-    }
-    out.replace("pod_sandbox", "podsandbox")
-}
-
-/// Counts one CRI call, its failure and its duration.
-pub fn record_runtime_operation(method: &str, elapsed: Duration, failed: bool) {
-    let m = kubelet();
-    let op = operation_type(method);
-    m.runtime_operations.inc(&[&op]);
-    m.runtime_operations_duration
-        .observe(&[&op], elapsed.as_secs_f64());
-    if failed {
-        m.runtime_operations_errors.inc(&[&op]);
-    }
 }
 
 fn container_state(state: i32) -> &'static str {

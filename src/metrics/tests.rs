@@ -7,69 +7,6 @@ use k8s_openapi::api::core::v1::{
 use super::*;
 
 #[test]
-fn operation_types_are_upstreams() {
-    for (method, want) in [
-        ("Version", "version"),
-        ("RunPodSandbox", "run_podsandbox"),
-        ("StopPodSandbox", "stop_podsandbox"),
-        ("PodSandboxStatus", "podsandbox_status"),
-        ("ListPodSandbox", "list_podsandbox"),
-        ("ListPodSandboxStats", "list_podsandbox_stats"),
-        ("CreateContainer", "create_container"),
-        ("ListContainers", "list_containers"),
-        ("ListContainerStats", "list_container_stats"),
-        ("ExecSync", "exec_sync"),
-        ("ReopenContainerLog", "reopen_container_log"),
-        ("UpdateContainerResources", "update_container"),
-        ("ImageFsInfo", "image_fs_info"),
-        ("PullImage", "pull_image"),
-        ("Exec", "exec"),
-        ("PortForward", "port_forward"),
-    ] {
-        assert_eq!(operation_type(method), want, "{method}");
-    }
-}
-
-fn line_value(text: &str, prefix: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(prefix))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
-
-#[test]
-fn runtime_operations_are_counted_with_errors_and_durations() {
-    record_runtime_operation("MetricsTestOp", Duration::from_millis(20), false);
-    record_runtime_operation("MetricsTestOp", Duration::from_millis(30), true);
-    let text = render();
-    let sel = "{operation_type=\"metrics_test_op\"}";
-    assert_eq!(
-        line_value(&text, &format!("kubelet_runtime_operations_total{sel}")),
-        Some(2.0)
-    );
-    assert_eq!(
-        line_value(
-            &text,
-            &format!("kubelet_runtime_operations_errors_total{sel}")
-        ),
-        Some(1.0)
-    );
-    assert_eq!(
-        line_value(
-            &text,
-            "kubelet_runtime_operations_duration_seconds_count{operation_type=\"metrics_test_op\"}"
-        ),
-        Some(2.0)
-    );
-    assert!(text.contains(
-        "kubelet_runtime_operations_duration_seconds_bucket{operation_type=\"metrics_test_op\",le=\"0.0125\"} 0\n"
-    ));
-    assert!(text.contains(
-        "kubelet_runtime_operations_duration_seconds_bucket{operation_type=\"metrics_test_op\",le=\"0.03125\"} 2\n"
-    ));
-}
-
-#[test]
 fn metrics_text_has_the_families_with_types() {
     kubelet().node_name.set(&["test-node"], 1.0);
     let text = render();
