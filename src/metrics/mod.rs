@@ -8,13 +8,10 @@ pub mod process;
 pub mod registry;
 pub mod text;
 
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
-
-use crate::cri::api;
-use crate::runtime::labels;
 
 pub use kubelet::KubeletMetrics;
 
@@ -42,74 +39,6 @@ pub fn render_probes() -> String {
         text::Kind::Counter,
     );
     out
-}
-
-fn container_state(state: i32) -> &'static str {
-    match api::ContainerState::try_from(state) {
-        Ok(api::ContainerState::ContainerCreated) => "created",
-        Ok(api::ContainerState::ContainerRunning) => "running",
-        Ok(api::ContainerState::ContainerExited) => "exited",
-        _ => "unknown",
-    }
-}
-
-/// After a PLEG relist that started at `started`: relist duration and interval, the last-seen
-/// time, and the running pod and container gauges from what the relist saw.
-pub fn record_relist(
-    started: Instant,
-    sandboxes: &[api::PodSandbox],
-    containers: &[api::Container],
-) {
-    static LAST_START: Mutex<Option<Instant>> = Mutex::new(None);
-    let m = kubelet();
-    let previous = LAST_START
-        .lock()
-        .map(|mut last| last.replace(started))
-        .unwrap_or(None);
-    if let Some(prev) = previous {
-        m.pleg_relist_interval
-            .observe(&[], started.saturating_duration_since(prev).as_secs_f64());
-    }
-    m.pleg_relist_duration
-        .observe(&[], started.elapsed().as_secs_f64());
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0);
-    m.pleg_last_seen.set(&[], now);
-
-    let (pods, states) = running_counts(sandboxes, containers);
-    m.running_pods.set(&[], pods as f64);
-    for (state, n) in states {
-        m.running_containers.set(&[state], n as f64);
-    }
-}
-
-const CONTAINER_STATES: [&str; 4] = ["created", "running", "exited", "unknown"];
-
-/// Pods with a ready sandbox, and containers per state, among the kubelet's own objects
-/// (recognised by their pod UID label).
-pub fn running_counts(
-    sandboxes: &[api::PodSandbox],
-    containers: &[api::Container],
-) -> (usize, [(&'static str, usize); 4]) {
-    let ours = |l: &std::collections::HashMap<String, String>| l.contains_key(labels::POD_UID);
-    let ready = api::PodSandboxState::SandboxReady as i32;
-    let mut pods: Vec<&str> = sandboxes
-        .iter()
-        .filter(|s| s.state == ready)
-        .filter_map(|s| s.labels.get(labels::POD_UID).map(String::as_str))
-        .collect();
-    pods.sort_unstable();
-    pods.dedup();
-    let states = CONTAINER_STATES.map(|state| {
-        let n = containers
-            .iter()
-            .filter(|c| ours(&c.labels) && container_state(c.state) == state)
-            .count();
-        (state, n)
-    });
-    (pods.len(), states)
 }
 
 /// A pod sandbox is about to be created.

@@ -1,5 +1,3 @@
-use std::collections::HashMap;
-
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStatus, PodSpec,
 };
@@ -29,63 +27,6 @@ fn metrics_text_has_the_families_with_types() {
     }
     assert!(render_probes().starts_with("# HELP prober_probe_total [ALPHA] "));
     assert!(render_probes().contains("# TYPE prober_probe_total counter"));
-}
-
-fn labelled(uid: &str) -> HashMap<String, String> {
-    HashMap::from([(labels::POD_UID.to_string(), uid.to_string())])
-}
-
-#[test]
-fn relist_sets_running_gauges_and_timing() {
-    let sandboxes = vec![
-        api::PodSandbox {
-            id: "s1".into(),
-            state: api::PodSandboxState::SandboxReady as i32,
-            labels: labelled("a"),
-            ..Default::default()
-        },
-        api::PodSandbox {
-            id: "s2".into(),
-            state: api::PodSandboxState::SandboxNotready as i32,
-            labels: labelled("b"),
-            ..Default::default()
-        },
-        // Not the kubelet's: ignored.
-        api::PodSandbox {
-            id: "s3".into(),
-            state: api::PodSandboxState::SandboxReady as i32,
-            ..Default::default()
-        },
-    ];
-    let ctr = |state: api::ContainerState| api::Container {
-        state: state as i32,
-        labels: labelled("a"),
-        ..Default::default()
-    };
-    let containers = vec![
-        ctr(api::ContainerState::ContainerRunning),
-        ctr(api::ContainerState::ContainerRunning),
-        ctr(api::ContainerState::ContainerExited),
-    ];
-    let m = kubelet();
-    let before = m.pleg_relist_duration.count(&[]);
-    record_relist(Instant::now(), &sandboxes, &containers);
-    record_relist(Instant::now(), &sandboxes, &containers);
-    assert!(m.pleg_relist_duration.count(&[]) >= before + 2);
-    assert!(m.pleg_relist_interval.count(&[]) >= 1);
-    assert!(m.running_containers.get(&["unknown"]).is_some());
-    let (pods, states) = running_counts(&sandboxes, &containers);
-    assert_eq!(pods, 1);
-    assert_eq!(
-        states,
-        [
-            ("created", 0),
-            ("running", 2),
-            ("exited", 1),
-            ("unknown", 0)
-        ]
-    );
-    assert!(m.pleg_last_seen.get(&[]).unwrap_or(0.0) > 1.0e9);
 }
 
 fn pod(containers: &[&str], init: &[&str]) -> Pod {
