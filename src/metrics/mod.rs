@@ -8,10 +8,7 @@ pub mod process;
 pub mod registry;
 pub mod text;
 
-use std::sync::{Arc, OnceLock};
-use std::time::Instant;
-
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use std::sync::OnceLock;
 
 pub use kubelet::KubeletMetrics;
 
@@ -39,107 +36,6 @@ pub fn render_probes() -> String {
         text::Kind::Counter,
     );
     out
-}
-
-/// A pod sandbox is about to be created.
-pub fn record_pod_started() {
-    kubelet().started_pods.inc(&[]);
-}
-
-/// A container of `pod` is about to be created; its type as upstream labels it.
-pub fn record_container_started(pod: &Pod, container: &str) {
-    let spec = pod.spec.as_ref();
-    let in_list = |l: Option<&Vec<k8s_openapi::api::core::v1::Container>>| {
-        l.is_some_and(|l| l.iter().any(|c| c.name == container))
-    };
-    let kind = if in_list(spec.and_then(|s| s.init_containers.as_ref())) {
-        "init_container"
-    } else if spec
-        .and_then(|s| s.ephemeral_containers.as_ref())
-        .is_some_and(|l| l.iter().any(|c| c.name == container))
-    {
-        "ephemeral_container"
-    } else {
-        "container"
-    };
-    kubelet().started_containers.inc(&[kind]);
-}
-
-/// Every regular container of the pod is running.
-fn all_running(pod: &Pod, status: Option<&PodStatus>) -> bool {
-    let want = pod.spec.as_ref().map_or(0, |s| s.containers.len());
-    let running = status
-        .and_then(|s| s.container_statuses.as_ref())
-        .map_or(0, |l| {
-            l.iter()
-                .filter(|c| c.state.as_ref().is_some_and(|st| st.running.is_some()))
-                .count()
-        });
-    want > 0 && running >= want
-}
-
-/// Per pod worker: labels each sync (create, update, sync, kill) and observes the pod's start
-/// duration once, from the worker's start to all containers running.
-pub struct PodWorkerTracker {
-    first_seen: Instant,
-    last_spec: Option<Arc<Pod>>,
-    start_observed: bool,
-}
-
-/// One timed pass of a pod worker, observed when dropped (a pass cut short counts too).
-pub struct WorkerTimer {
-    operation: &'static str,
-    started: Instant,
-}
-
-impl WorkerTimer {
-    pub fn start(operation: &'static str) -> Self {
-        WorkerTimer {
-            operation,
-            started: Instant::now(),
-        }
-    }
-}
-
-impl Drop for WorkerTimer {
-    fn drop(&mut self) {
-        kubelet()
-            .pod_worker_duration
-            .observe(&[self.operation], self.started.elapsed().as_secs_f64());
-    }
-}
-
-impl Default for PodWorkerTracker {
-    fn default() -> Self {
-        PodWorkerTracker {
-            first_seen: Instant::now(),
-            last_spec: None,
-            start_observed: false,
-        }
-    }
-}
-
-impl PodWorkerTracker {
-    pub fn begin(&mut self, pod: &Arc<Pod>) -> WorkerTimer {
-        let operation = match &self.last_spec {
-            None => "create",
-            Some(p) if Arc::ptr_eq(p, pod) => "sync",
-            Some(_) => "update",
-        };
-        self.last_spec = Some(pod.clone());
-        WorkerTimer::start(operation)
-    }
-
-    /// Ends the pass; the first time every container runs, the pod's start is observed.
-    pub fn end(&mut self, t: WorkerTimer, pod: &Pod, status: Option<&PodStatus>) {
-        drop(t);
-        if !self.start_observed && all_running(pod, status) {
-            self.start_observed = true;
-            kubelet()
-                .pod_start_duration
-                .observe(&[], self.first_seen.elapsed().as_secs_f64());
-        }
-    }
 }
 
 #[cfg(test)]
