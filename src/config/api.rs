@@ -1,13 +1,17 @@
-//! The API server source: every pod bound to this node (`spec.nodeName`), listed and then
-//! watched, resuming from the last resourceVersion and relisting when the watch expires.
-//! Mirror pods are left out: they are the API server's copies of static pods, not pods to run.
+//! The API server source: every pod bound to this node (`spec.nodeName`). kube's watcher does
+//! the list, the watch, the resume from the last resourceVersion, the relist when the watch
+//! expires and the backoff after errors; this module turns its events into the source's pod
+//! set. Mirror pods are left out: they are the API server's copies of static pods, not pods to
+//! run.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::pin::pin;
 
-use futures::{StreamExt, TryStreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, WatchEvent, WatchParams};
+use kube::api::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event, watcher};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -16,126 +20,105 @@ use super::{API_SOURCE, CONFIG_MIRROR_ANNOTATION, SourceUpdate, annotation, pod_
 
 /// Server-side watch timeout; the client read timeout is longer.
 const WATCH_TIMEOUT_SECS: u32 = 290;
-const LIST_TIMEOUT: Duration = Duration::from_secs(60);
-const RETRY_MIN: Duration = Duration::from_millis(500);
-const RETRY_MAX: Duration = Duration::from_secs(30);
-
-#[derive(Debug, thiserror::Error)]
-enum WatchError {
-    #[error("list pods: {0}")]
-    List(#[source] kube::Error),
-    #[error("list pods timed out")]
-    ListTimeout,
-    #[error("watch pods: {0}")]
-    Watch(#[source] kube::Error),
-    /// The resourceVersion is too old: relist.
-    #[error("watch expired")]
-    Gone,
-}
 
 fn wanted(pod: &Pod) -> bool {
     annotation(pod, CONFIG_MIRROR_ANNOTATION).is_none() && !pod_uid(pod).is_empty()
 }
 
-struct ApiSource {
-    api: Api<Pod>,
-    selector: String,
+/// The pods bound to this node as the watcher has reported them, by UID.
+#[derive(Debug, Default)]
+struct BoundPods {
     pods: HashMap<String, Pod>,
-    tx: mpsc::Sender<SourceUpdate>,
+    /// The pods of a (re)list in progress. They replace `pods` only once the list is complete,
+    /// so that pods deleted while the watch was down disappear and a half-done list is never
+    /// sent.
+    listing: Option<HashMap<String, Pod>>,
 }
 
-impl ApiSource {
-    async fn send(&self) -> bool {
+impl BoundPods {
+    /// Applies one watcher event; true when the pods must be sent again: they changed, or a
+    /// (re)list completed (the first completed list is what marks the source as seen).
+    fn apply(&mut self, event: Event<Pod>) -> bool {
+        match event {
+            Event::Init => {
+                self.listing = Some(HashMap::new());
+                false
+            }
+            Event::InitApply(pod) => {
+                if wanted(&pod) {
+                    let uid = pod_uid(&pod).to_string();
+                    self.listing.get_or_insert_default().insert(uid, pod);
+                }
+                false
+            }
+            Event::InitDone => {
+                if let Some(listed) = self.listing.take() {
+                    self.pods = listed;
+                }
+                true
+            }
+            Event::Apply(pod) if wanted(&pod) => {
+                let uid = pod_uid(&pod).to_string();
+                let before = self.pods.insert(uid.clone(), pod);
+                before.as_ref() != self.pods.get(&uid)
+            }
+            // A pod that became a mirror pod (or lost its UID) is gone from this source too.
+            Event::Apply(pod) | Event::Delete(pod) => self.pods.remove(pod_uid(&pod)).is_some(),
+        }
+    }
+
+    /// The complete set, in UID order so equal sets compare equal.
+    fn update(&self) -> SourceUpdate {
         let mut pods: Vec<Pod> = self.pods.values().cloned().collect();
         pods.sort_by(|a, b| pod_uid(a).cmp(pod_uid(b)));
-        self.tx
-            .send(SourceUpdate {
-                source: API_SOURCE,
-                pods,
-            })
-            .await
-            .is_ok()
+        SourceUpdate {
+            source: API_SOURCE,
+            pods,
+        }
     }
+}
 
-    async fn list(&mut self) -> Result<String, WatchError> {
-        let params = ListParams::default().fields(&self.selector);
-        let list = tokio::time::timeout(LIST_TIMEOUT, self.api.list(&params))
-            .await
-            .map_err(|_| WatchError::ListTimeout)?
-            .map_err(WatchError::List)?;
-        self.pods = list
-            .items
-            .into_iter()
-            .filter(wanted)
-            .map(|p| (pod_uid(&p).to_string(), p))
-            .collect();
-        Ok(list.metadata.resource_version.unwrap_or_default())
+/// Applies one item of the watcher's stream. Its errors are only logged: the watcher has
+/// already chosen to resume or relist, and the backoff delays its next attempt.
+fn handle(bound: &mut BoundPods, item: Result<Event<Pod>, watcher::Error>) -> bool {
+    match item {
+        Ok(event) => bound.apply(event),
+        Err(watcher::Error::WatchError(status)) if status.code == 410 => {
+            debug!(message = %status.message, "Pod watch expired, relisting");
+            false
+        }
+        Err(err) => {
+            warn!(%err, "Pod source lost the API server");
+            false
+        }
     }
+}
 
-    /// Applies one event; returns whether the set changed.
-    fn apply(&mut self, event: WatchEvent<Pod>, rv: &mut String) -> Result<bool, WatchError> {
-        let (pod, deleted) = match event {
-            WatchEvent::Added(p) | WatchEvent::Modified(p) => (p, false),
-            WatchEvent::Deleted(p) => (p, true),
-            WatchEvent::Bookmark(b) => {
-                *rv = b.metadata.resource_version;
-                return Ok(false);
-            }
-            WatchEvent::Error(e) if e.code == 410 => return Err(WatchError::Gone),
-            WatchEvent::Error(e) => {
-                warn!(code = e.code, message = %e.message, "Pod watch reported an error");
-                return Err(WatchError::Gone);
-            }
+/// Sends the pod set after every change, until cancelled or the receiver is gone.
+async fn forward(
+    events: impl Stream<Item = Result<Event<Pod>, watcher::Error>>,
+    tx: mpsc::Sender<SourceUpdate>,
+    cancel: CancellationToken,
+) {
+    let mut events = pin!(events);
+    let mut bound = BoundPods::default();
+    loop {
+        let next = tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tx.closed() => return,
+            n = events.next() => n,
         };
-        if let Some(v) = &pod.metadata.resource_version {
-            rv.clone_from(v);
+        let Some(item) = next else { return };
+        let mut changed = handle(&mut bound, item);
+        // A burst (a Deployment scaling up, a relist) becomes one update.
+        while let Some(Some(more)) = events.next().now_or_never() {
+            changed |= handle(&mut bound, more);
         }
-        let uid = pod_uid(&pod).to_string();
-        Ok(if deleted || !wanted(&pod) {
-            self.pods.remove(&uid).is_some()
-        } else {
-            self.pods.insert(uid, pod.clone()).as_ref() != Some(&pod)
-        })
-    }
-
-    /// One list followed by watches until the watch expires or fails.
-    async fn run_once(&mut self, cancel: &CancellationToken) -> Result<(), WatchError> {
-        let mut rv = self.list().await?;
-        if !self.send().await {
-            return Ok(());
-        }
-        loop {
-            let params = WatchParams::default()
-                .fields(&self.selector)
-                .timeout(WATCH_TIMEOUT_SECS);
-            let stream = self
-                .api
-                .watch(&params, &rv)
-                .await
-                .map_err(WatchError::Watch)?;
-            let mut stream = Box::pin(stream);
-            let opened = std::time::Instant::now();
-            loop {
-                let next = tokio::select! {
-                    _ = cancel.cancelled() => return Ok(()),
-                    n = stream.try_next() => n.map_err(WatchError::Watch)?,
-                };
-                let Some(event) = next else { break };
-                let mut changed = self.apply(event, &mut rv)?;
-                // A burst (a Deployment scaling up) becomes one update.
-                while let Some(Some(more)) = futures::FutureExt::now_or_never(stream.next()) {
-                    changed |= self.apply(more.map_err(WatchError::Watch)?, &mut rv)?;
-                }
-                if changed && !self.send().await {
-                    return Ok(());
-                }
+        if changed {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                sent = tx.send(bound.update()) => if sent.is_err() { return },
             }
-            // A watch the server closes at once would otherwise be reopened in a tight loop;
-            // hand it to the caller, which waits before starting over.
-            if opened.elapsed() < RETRY_MIN {
-                return Ok(());
-            }
-            debug!(%rv, "Pod watch ended, resuming");
         }
     }
 }
@@ -146,39 +129,175 @@ pub async fn run_api_source(
     tx: mpsc::Sender<SourceUpdate>,
     cancel: CancellationToken,
 ) {
-    let mut source = ApiSource {
-        api: Api::all(client),
-        selector: format!("spec.nodeName={node_name}"),
-        pods: HashMap::new(),
-        tx,
-    };
+    let api: Api<Pod> = Api::all(client);
+    // The default list semantic reads the most recent state, not the API server's cache, as
+    // the kubelet's own list did before the watcher.
+    let config = watcher::Config::default()
+        .fields(&format!("spec.nodeName={node_name}"))
+        .timeout(WATCH_TIMEOUT_SECS);
     info!(node = %node_name, "Watching pods bound to this node");
-    let mut delay = RETRY_MIN;
-    loop {
-        let result = tokio::select! {
-            _ = cancel.cancelled() => return,
-            r = source.run_once(&cancel) => r,
+    forward(watcher(api, config).default_backoff(), tx, cancel).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+
+    fn pod(uid: &str, image: &str) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(format!("pod-{uid}")),
+                namespace: Some("default".into()),
+                uid: Some(uid.into()),
+                resource_version: Some("1".into()),
+                ..Default::default()
+            },
+            spec: Some(k8s_openapi::api::core::v1::PodSpec {
+                containers: vec![k8s_openapi::api::core::v1::Container {
+                    name: "c".into(),
+                    image: Some(image.into()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn mirror(uid: &str) -> Pod {
+        let mut p = pod(uid, "img");
+        p.metadata.annotations = Some(BTreeMap::from([(
+            CONFIG_MIRROR_ANNOTATION.to_string(),
+            "hash".to_string(),
+        )]));
+        p
+    }
+
+    fn uids(update: &SourceUpdate) -> Vec<&str> {
+        update.pods.iter().map(pod_uid).collect()
+    }
+
+    fn listed(bound: &mut BoundPods, pods: Vec<Pod>) -> bool {
+        let mut send = bound.apply(Event::Init);
+        for p in pods {
+            send |= bound.apply(Event::InitApply(p));
+        }
+        send | bound.apply(Event::InitDone)
+    }
+
+    #[test]
+    fn a_completed_list_is_sent_whole_even_when_empty() {
+        let mut bound = BoundPods::default();
+        assert!(
+            !bound.apply(Event::Init),
+            "nothing before the list completes"
+        );
+        assert!(!bound.apply(Event::InitApply(pod("b", "img"))));
+        assert!(!bound.apply(Event::InitApply(mirror("m"))));
+        assert!(!bound.apply(Event::InitApply(pod("a", "img"))));
+        assert!(bound.apply(Event::InitDone));
+        let update = bound.update();
+        assert_eq!(update.source, API_SOURCE);
+        assert_eq!(uids(&update), vec!["a", "b"], "mirror pods left out");
+
+        // An empty first list still marks the source as seen.
+        let mut empty = BoundPods::default();
+        assert!(listed(&mut empty, vec![]));
+        assert!(empty.update().pods.is_empty());
+    }
+
+    #[test]
+    fn a_relist_drops_pods_deleted_meanwhile() {
+        let mut bound = BoundPods::default();
+        listed(&mut bound, vec![pod("a", "img"), pod("b", "img")]);
+        // During the relist the old set stays.
+        assert!(!bound.apply(Event::Init));
+        assert!(!bound.apply(Event::InitApply(pod("b", "img"))));
+        assert_eq!(uids(&bound.update()), vec!["a", "b"]);
+        assert!(bound.apply(Event::InitDone));
+        assert_eq!(uids(&bound.update()), vec!["b"]);
+    }
+
+    #[test]
+    fn watch_events_change_the_set_only_when_it_differs() {
+        let mut bound = BoundPods::default();
+        listed(&mut bound, vec![pod("a", "img")]);
+        assert!(!bound.apply(Event::Apply(pod("a", "img"))), "unchanged");
+        assert!(bound.apply(Event::Apply(pod("a", "img:2"))), "modified");
+        assert!(bound.apply(Event::Apply(pod("b", "img"))), "added");
+        assert_eq!(uids(&bound.update()), vec!["a", "b"]);
+        assert!(bound.apply(Event::Delete(pod("a", "img:2"))));
+        assert!(
+            !bound.apply(Event::Delete(pod("a", "img:2"))),
+            "already gone"
+        );
+        assert!(
+            !bound.apply(Event::Apply(mirror("m"))),
+            "mirror pods never enter"
+        );
+        // A pod turned into a mirror pod leaves the source.
+        assert!(bound.apply(Event::Apply(mirror("b"))));
+        assert!(bound.update().pods.is_empty());
+        assert!(
+            !bound.apply(Event::Apply(pod("", "img"))),
+            "no UID, not a pod to run"
+        );
+    }
+
+    #[tokio::test]
+    async fn forward_batches_ready_events_and_survives_errors() {
+        let events = futures::stream::iter(vec![
+            Ok(Event::Init),
+            Ok(Event::InitApply(pod("a", "img"))),
+            Ok(Event::InitDone),
+        ])
+        .chain(futures::stream::pending());
+        let (tx, mut rx) = mpsc::channel(8);
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(forward(events, tx, cancel.clone()));
+        let first = rx.recv().await.expect("the listed set");
+        assert_eq!(uids(&first), vec!["a"]);
+        cancel.cancel();
+        task.await.expect("forward stops when cancelled");
+        assert!(rx.recv().await.is_none());
+
+        // An error in the middle is logged and the events after it still count; everything
+        // ready at once is sent as one update.
+        let gone = kube::core::Status {
+            code: 410,
+            ..Default::default()
         };
-        if cancel.is_cancelled() || source.tx.is_closed() {
-            return;
-        }
-        match result {
-            Ok(()) | Err(WatchError::Gone) => {
-                // Relisting is normal (an expired resourceVersion) but never back-to-back.
-                delay = RETRY_MIN;
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    _ = tokio::time::sleep(RETRY_MIN) => {}
-                }
-            }
-            Err(err) => {
-                warn!(%err, retry_in = ?delay, "Pod source lost the API server");
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    _ = tokio::time::sleep(delay) => {}
-                }
-                delay = (delay * 2).min(RETRY_MAX);
-            }
-        }
+        let events = futures::stream::iter(vec![
+            Ok(Event::Init),
+            Ok(Event::InitDone),
+            Err(watcher::Error::WatchError(Box::new(gone))),
+            Ok(Event::Init),
+            Ok(Event::InitApply(pod("b", "img"))),
+            Ok(Event::InitDone),
+            Ok(Event::Apply(pod("c", "img"))),
+        ]);
+        let (tx, mut rx) = mpsc::channel(8);
+        forward(events, tx, CancellationToken::new()).await;
+        let sent: Vec<Vec<String>> = std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|u| u.pods.iter().map(|p| pod_uid(p).to_string()).collect())
+            .collect();
+        assert_eq!(sent, vec![vec!["b".to_string(), "c".to_string()]]);
+    }
+
+    #[tokio::test]
+    async fn forward_stops_when_the_receiver_is_gone() {
+        let (tx, rx) = mpsc::channel(1);
+        drop(rx);
+        let events = futures::stream::pending();
+        tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            forward(events, tx, CancellationToken::new()),
+        )
+        .await
+        .expect("forward returns once nobody listens");
     }
 }

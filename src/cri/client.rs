@@ -85,7 +85,7 @@ where
             }),
         };
         let elapsed = started.elapsed();
-        crate::metrics::record_runtime_operation(op, elapsed, result.is_err());
+        super::metrics::record_runtime_operation(op, elapsed, result.is_err());
         match &result {
             Ok(_) => tracing::debug!(?elapsed, "CRI call succeeded"),
             Err(err) => tracing::debug!(?elapsed, error = %err, "CRI call failed"),

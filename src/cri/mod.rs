@@ -6,6 +6,7 @@
 mod client;
 mod endpoint;
 mod error;
+mod metrics;
 
 #[cfg(test)]
 pub mod fake;

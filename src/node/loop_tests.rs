@@ -11,7 +11,7 @@ use kube::Api;
 use kube::api::DeleteParams;
 use tokio_util::sync::CancellationToken;
 
-use super::status::{RuntimeTracker, gather};
+use super::gather::{RuntimeTracker, gather};
 use super::{NodeContext, NodeSettings, run, test_settings};
 use crate::cri::fake::FakeCri;
 use crate::pleg::PlegHealth;

@@ -7,6 +7,7 @@
 //! fixed inputs, so it can be tested without an API server.
 
 pub mod build;
+pub mod gather;
 pub mod lease;
 pub mod register;
 pub mod status;
@@ -254,7 +255,7 @@ pub async fn run(ctx: NodeContext, cancel: CancellationToken) {
         "Starting",
         "Starting kubelet.",
     );
-    let mut tracker = status::RuntimeTracker::default();
+    let mut tracker = gather::RuntimeTracker::default();
     if ctx.settings.register_node
         && register::register(&ctx, &mut tracker, &cancel)
             .await

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
 use super::build;
-use super::status::{RuntimeTracker, gather};
+use super::gather::{RuntimeTracker, gather};
 use super::{NodeContext, NodeError, api_call, sleep_or_cancel};
 
 const FIRST_WAIT: Duration = Duration::from_millis(100);

@@ -1,6 +1,8 @@
 //! The generic pod lifecycle event generator: relists the runtime every second and reports
 //! which pods changed, so workers wake on change instead of polling the runtime themselves.
 
+mod metrics;
+
 use std::collections::{HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
@@ -163,6 +165,8 @@ pub struct Pleg {
     events: mpsc::Sender<String>,
     pods: watch::Sender<RuntimePods>,
     health: Arc<PlegHealth>,
+    /// When the last successful relist started, for the relist interval metric.
+    last_relist_start: Option<Instant>,
 }
 
 impl Pleg {
@@ -180,12 +184,13 @@ impl Pleg {
                 events,
                 pods,
                 health,
+                last_relist_start: None,
             },
             rx,
         )
     }
 
-    pub async fn run(self, cancel: CancellationToken) {
+    pub async fn run(mut self, cancel: CancellationToken) {
         let mut last: HashMap<String, u64> = HashMap::new();
         let mut tick = tokio::time::interval(self.period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -219,7 +224,8 @@ impl Pleg {
                 .map(|(uid, (fp, _))| (uid, fp))
                 .collect();
             self.health.mark();
-            crate::metrics::record_relist(started, &sandboxes, &containers);
+            let previous = self.last_relist_start.replace(started);
+            metrics::record_relist(started, previous, &sandboxes, &containers);
             debug!(changed = changed_uids.len(), took = ?started.elapsed(), "PLEG relist");
             for uid in changed_uids {
                 tokio::select! {

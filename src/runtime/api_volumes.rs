@@ -8,22 +8,11 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{ConfigMap, KeyToPath, Pod, Secret, Volume};
 use kube::api::Api;
 
-use super::volumes::VolumeError;
+use super::volumes::{Fetched, FileEntry, VolumeError};
 
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 /// Upstream's default file mode for these volumes (0644).
 const DEFAULT_MODE: i32 = 0o644;
-
-/// One file of a volume: its path inside the volume, contents and mode.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FileEntry {
-    pub path: String,
-    pub data: Vec<u8>,
-    pub mode: u32,
-}
-
-/// The files of every API-backed volume a pod uses, by volume name.
-pub type Fetched = HashMap<String, Vec<FileEntry>>;
 
 pub fn is_api_backed(v: &Volume) -> bool {
     v.secret.is_some() || v.config_map.is_some() || v.projected.is_some()

@@ -9,6 +9,7 @@ pub mod dns;
 pub mod env;
 pub mod images;
 pub mod labels;
+mod metrics;
 pub mod observed;
 pub mod paths;
 pub mod pull_secrets;
@@ -433,7 +434,7 @@ impl RuntimeManager {
                 path: log_dir.clone(),
                 source,
             })?;
-        crate::metrics::record_pod_started();
+        metrics::record_pod_started();
         let id = self
             .cri
             .run_pod_sandbox(config, &self.settings.runtime_handler)
@@ -620,7 +621,7 @@ impl RuntimeManager {
         if let Some(key) = &start.backoff_key {
             backoff.record_restart(key, now);
         }
-        crate::metrics::record_container_started(pod, &container.name);
+        metrics::record_container_started(pod, &container.name);
         let id = self
             .cri
             .create_container(sandbox_id, config, sandbox_config.clone())

@@ -1,13 +1,14 @@
 //! Volumes the kubelet can provide without an API server: hostPath and emptyDir (on disk or
-//! in memory), plus the per-container termination-message file. Everything is prepared on
-//! the host and handed to the runtime as bind mounts.
+//! in memory), plus the per-container termination-message file; and the writing of the files
+//! `api_volumes` fetched. Everything is prepared on the host and handed to the runtime as bind
+//! mounts.
 
+use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Container, Pod, Volume};
 
 use crate::cri::api;
-use crate::runtime::api_volumes::{Fetched, FileEntry};
 use crate::runtime::paths;
 
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +32,18 @@ pub enum VolumeError {
         source: std::io::Error,
     },
 }
+
+/// One file of a volume: its path inside the volume, contents and mode. The API-backed
+/// volumes (see `api_volumes`) are fetched into these and written here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileEntry {
+    pub path: String,
+    pub data: Vec<u8>,
+    pub mode: u32,
+}
+
+/// The files of every API-backed volume a pod uses, by volume name.
+pub type Fetched = HashMap<String, Vec<FileEntry>>;
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> VolumeError + '_ {
     move |source| VolumeError::Io {

@@ -9,7 +9,7 @@ use axum::routing::get;
 
 use crate::metrics;
 use crate::metrics::text::CONTENT_TYPE;
-use crate::stats::Scope;
+use crate::stats::{Scope, exposition};
 
 use super::ServerState;
 
@@ -69,12 +69,12 @@ async fn resource_metrics(State(state): State<ServerState>) -> Response {
             None
         }
     };
-    metrics_text(metrics::resource::render(summary.as_ref()))
+    metrics_text(exposition::resource::render(summary.as_ref()))
 }
 
 async fn cadvisor_metrics(State(state): State<ServerState>) -> Response {
     match state.stats.collect_full().await {
-        Ok(c) => metrics_text(metrics::cadvisor::render(&c)),
+        Ok(c) => metrics_text(exposition::cadvisor::render(&c)),
         Err(err) => internal_error("/metrics/cadvisor", err),
     }
 }

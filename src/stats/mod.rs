@@ -12,6 +12,7 @@
 mod assemble;
 pub mod cgroup;
 mod collect;
+pub mod exposition;
 pub mod fs;
 mod local;
 pub mod procfs;

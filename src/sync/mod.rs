@@ -2,6 +2,7 @@
 //! routes work to pod workers; all runtime calls happen in the workers.
 
 pub mod admission;
+mod metrics;
 pub mod worker;
 
 #[cfg(test)]

@@ -103,7 +103,7 @@ async fn run(
 ) {
     let mut backoff = Backoff::default();
     let start_time = SystemTime::now();
-    let mut timing = crate::metrics::PodWorkerTracker::default();
+    let mut timing = super::metrics::PodWorkerTracker::default();
     if let Desired::Run(pod) = &*desired_rx.borrow() {
         ctx.runtime.warn_unsupported(pod);
     }
@@ -199,7 +199,7 @@ async fn terminate(
     grace: i64,
     ctx: &WorkerContext,
 ) -> Result<(), crate::runtime::RuntimeError> {
-    let _timer = crate::metrics::WorkerTimer::start("kill");
+    let _timer = super::metrics::WorkerTimer::start("kill");
     let observed = ctx.runtime.pod_status(uid).await?;
     ctx.runtime.kill_pod(pod, &observed, grace).await?;
     // Containers stopped during the kill are listed again so none is missed by the removal.

@@ -5,10 +5,9 @@
 
 use std::collections::HashMap;
 
+use crate::metrics::text::{Family, Kind, Sample, encode};
 use crate::stats::types::{CpuStats, MemoryStats, NetworkStats, Time};
 use crate::stats::{Collected, ContainerDetail};
-
-use super::text::{Family, Kind, Sample, encode};
 
 /// container, id, image, name, namespace, pod.
 #[derive(Clone, Default)]

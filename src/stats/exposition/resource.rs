@@ -2,10 +2,9 @@
 //! series metrics-server and the HPA pipeline read (names, help texts and timestamps as
 //! upstream's resource metrics collector).
 
+use crate::metrics::text::{Family, Kind, Sample, encode, labels};
 use crate::stats::Summary;
 use crate::stats::types::{ContainerStats, CpuStats, MemoryStats, PodStats};
-
-use super::text::{Family, Kind, Sample, encode, labels};
 
 const CONTAINER: [&str; 3] = ["container", "pod", "namespace"];
 const POD: [&str; 2] = ["pod", "namespace"];
