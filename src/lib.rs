@@ -16,6 +16,7 @@ pub mod events;
 pub mod grpc_uds;
 pub mod kubelet;
 pub mod metrics;
+pub mod names;
 pub mod node;
 pub mod pleg;
 pub mod podresources;

@@ -1584,11 +1584,11 @@ pub(crate) fn parse_taints(v: &str) -> Result<Vec<Taint>, String> {
             Some((k, val)) => (k, Some(val.to_string())),
             None => (kv, None),
         };
-        if !super::validate::is_qualified_name(key) {
+        if !crate::names::is_qualified_name(key) {
             return Err(format!("invalid taint spec: {spec}, invalid key {key:?}"));
         }
         if let Some(val) = &value
-            && !super::validate::is_valid_label_value(val)
+            && !crate::names::is_label_value(val)
         {
             return Err(format!("invalid taint spec: {spec}, invalid value {val:?}"));
         }

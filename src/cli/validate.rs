@@ -9,6 +9,7 @@ use std::path::{Component, Path};
 use super::config::KubeletConfiguration;
 use super::duration::GoDuration;
 use super::quantity::parse_quantity;
+use crate::names;
 
 /// Default states (v1.34) of the feature gates that change validation or defaults.
 /// Gates not listed here are accepted and otherwise ignored.
@@ -713,40 +714,6 @@ fn is_kubelet_label(key: &str) -> bool {
         .any(|allowed| ns == *allowed || ns.ends_with(&format!(".{allowed}")))
 }
 
-fn is_label_name_part(s: &str, max: usize) -> bool {
-    !s.is_empty()
-        && s.len() <= max
-        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && s.ends_with(|c: char| c.is_ascii_alphanumeric())
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-}
-
-fn is_dns1123_subdomain(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s.split('.').all(|label| {
-            !label.is_empty()
-                && label.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-                && label.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-                && label
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        })
-}
-
-/// Kubernetes qualified name: optional DNS-subdomain prefix, '/', name part.
-pub fn is_qualified_name(key: &str) -> bool {
-    match key.split_once('/') {
-        Some((prefix, name)) => is_dns1123_subdomain(prefix) && is_label_name_part(name, 63),
-        None => is_label_name_part(key, 63),
-    }
-}
-
-pub fn is_valid_label_value(v: &str) -> bool {
-    v.is_empty() || is_label_name_part(v, 63)
-}
-
 /// Upstream `ValidateKubeletFlags`: node labels must be well formed and may only
 /// use the kubernetes.io namespaces a kubelet is allowed to set.
 pub fn validate_node_labels(labels: &BTreeMap<String, String>) -> Vec<String> {
@@ -766,10 +733,10 @@ pub fn validate_node_labels(labels: &BTreeMap<String, String>) -> Vec<String> {
     }
     let mut invalid = Vec::new();
     for (k, v) in labels {
-        if !is_qualified_name(k) {
+        if !names::is_qualified_name(k) {
             invalid.push(format!("'{k}' - name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"));
         }
-        if !is_valid_label_value(v) {
+        if !names::is_label_value(v) {
             invalid.push(format!("'{v}' - a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"));
         }
     }
@@ -903,6 +870,19 @@ mod tests {
         let mut bad = BTreeMap::new();
         bad.insert("-bad".to_string(), "ok".to_string());
         assert!(validate_node_labels(&bad)[0].starts_with("invalid node labels"));
+    }
+
+    /// The prefix of a label key is a DNS subdomain: 253 characters in all, with no limit on
+    /// its dot-separated parts (as upstream); the name after `/` is limited to 63.
+    #[test]
+    fn node_label_key_lengths() {
+        let long_part = "b".repeat(64);
+        let mut labels = BTreeMap::new();
+        labels.insert(format!("a.{long_part}.c/x"), "y".to_string());
+        assert!(validate_node_labels(&labels).is_empty());
+        let mut labels = BTreeMap::new();
+        labels.insert(format!("a.c/{long_part}"), "y".to_string());
+        assert!(validate_node_labels(&labels)[0].starts_with("invalid node labels"));
     }
 
     #[test]
