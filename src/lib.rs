@@ -26,3 +26,4 @@ pub mod stats;
 pub mod status;
 pub mod sync;
 pub mod telemetry;
+pub mod yaml;
