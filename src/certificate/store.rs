@@ -145,7 +145,7 @@ pub fn kubeconfig_yaml(cluster: &ClusterInfo, pem: &Path) -> String {
             "cluster": "default-cluster", "user": "default-auth", "namespace": "default"}}],
         "current-context": "default-context",
     });
-    serde_yaml::to_string(&doc).unwrap_or_default()
+    crate::yaml::to_string(&doc).unwrap_or_default()
 }
 
 /// Writes `body` to `path` through a temporary file and a rename, mode 0600.

@@ -812,17 +812,7 @@ fn parse_document(data: &str) -> Result<Value, ConfigError> {
     if trimmed.starts_with('{') {
         return serde_json::from_str(data).map_err(|e| ConfigError::Decode(e.to_string()));
     }
-    let v: Value = serde_yaml::from_str(data).map_err(|e| ConfigError::Decode(e.to_string()))?;
-    Ok(v)
-}
-
-/// Upstream's strict decoder rejects repeated keys and its lenient fallback keeps
-/// the last value; serde's JSON tree also keeps the last one, so only report it.
-fn duplicate_key_problem(data: &str) -> Option<String> {
-    match serde_yaml::from_str::<serde_yaml::Value>(data) {
-        Err(e) if e.to_string().contains("duplicate") => Some(e.to_string()),
-        _ => None,
-    }
+    crate::yaml::to_json(data.as_bytes()).map_err(|e| ConfigError::Decode(e.to_string()))
 }
 
 /// Drops explicit nulls: a JSON null leaves a Go field untouched, i.e. defaulted.
@@ -867,7 +857,9 @@ pub fn decode(data: &str) -> Result<LoadedConfig, ConfigError> {
     strip_nulls(&mut doc);
     let mut warnings = Vec::new();
     let unknown = unknown_fields(&doc);
-    let duplicate = duplicate_key_problem(data);
+    // Upstream's strict decoder rejects repeated keys and its lenient fallback keeps the
+    // last value, as the JSON tree already did; so the repetition is only reported.
+    let duplicate = crate::yaml::duplicate_key(data.as_bytes());
     if !unknown.is_empty() || duplicate.is_some() {
         let mut list: Vec<String> = unknown
             .iter()

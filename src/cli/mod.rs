@@ -17,8 +17,9 @@ use std::path::PathBuf;
 
 pub use config::KubeletConfiguration;
 pub use duration::GoDuration;
+pub use flags::{FlagError, ValueError};
 
-use flags::Scope;
+use flags::Setter;
 
 /// The Kubernetes version this kubelet implements and reports.
 pub const KUBELET_VERSION: &str = "v1.34.0";
@@ -143,9 +144,12 @@ pub enum CliError {
     #[error("{0}")]
     Version(String),
     #[error("failed to parse kubelet flag: {0}")]
-    Usage(String),
-    #[error("failed to load kubelet config file, path: {}, error: {reason}", path.display())]
-    ConfigFile { path: PathBuf, reason: String },
+    Usage(#[from] FlagError),
+    #[error("failed to load kubelet config file, path: {}, error: {source}", path.display())]
+    ConfigFile {
+        path: PathBuf,
+        source: config::ConfigError,
+    },
     #[error("failed to validate kubelet flags and configuration, error: [{}]", .0.join(", "))]
     Invalid(Vec<String>),
 }
@@ -172,13 +176,13 @@ where
         .skip(1)
         .map(|a| a.into().to_string_lossy().into_owned())
         .collect();
-    let occurrences = flags::tokenize(&args).map_err(CliError::Usage)?;
+    let occurrences = flags::tokenize(&args)?;
 
     let mut kf = KubeletFlags::default();
     let mut warnings = Vec::new();
     let mut warned = BTreeSet::new();
     let mut help = false;
-    let mut version: Option<String> = None;
+    let mut version = None;
     // Config-backed values are checked against a scratch config now so that a bad
     // value is reported before --help or config loading, as upstream does.
     let mut scratch = KubeletConfiguration::defaulted();
@@ -192,36 +196,24 @@ where
         {
             warnings.push(w);
         }
-        match occ.def.scope {
-            Scope::Global if name == "help" => {
-                help = flags::parse_bool(&occ.value).map_err(|e| {
-                    CliError::Usage(format!(
-                        "invalid argument {:?} for \"--help\" flag: {e}",
-                        occ.value
-                    ))
-                })?;
+        match occ.def.setter {
+            Setter::Help => help = flags::parse_bool(&occ.value).map_err(|e| occ.invalid(e))?,
+            Setter::Version => version = Some(occ),
+            Setter::Flags(set) => set(&mut kf, &occ.value).map_err(|e| occ.invalid(e))?,
+            Setter::Config(set) => {
+                set(&mut scratch, &occ.value, first).map_err(|e| occ.invalid(e))?
             }
-            Scope::Global => version = Some(occ.value.clone()),
-            Scope::Flag => flags::apply_flag(&mut kf, name, &occ.value).map_err(CliError::Usage)?,
-            Scope::Config | Scope::ConfigKept => {
-                flags::apply_config(&mut scratch, name, &occ.value, first)
-                    .map_err(CliError::Usage)?
-            }
-            Scope::Ignored => {}
+            Setter::Ignored => {}
         }
     }
     if help {
         return Err(CliError::Help(flags::usage()));
     }
-    if let Some(v) = version {
-        match v.as_str() {
+    if let Some(occ) = version {
+        match occ.value.as_str() {
             "raw" => return Err(CliError::Version(raw_version())),
             other => {
-                let wanted = flags::parse_bool(other).map_err(|e| {
-                    CliError::Usage(format!(
-                        "invalid argument {other:?} for \"--version\" flag: {e}"
-                    ))
-                })?;
+                let wanted = flags::parse_bool(other).map_err(|e| occ.invalid(e))?;
                 if wanted {
                     return Err(CliError::Version(format!(
                         "Kubernetes {}",
@@ -234,9 +226,9 @@ where
 
     let mut config = match &kf.config_file {
         Some(path) => {
-            let loaded = config::load_file(path).map_err(|e| CliError::ConfigFile {
+            let loaded = config::load_file(path).map_err(|source| CliError::ConfigFile {
                 path: path.clone(),
-                reason: e.to_string(),
+                source,
             })?;
             warnings.extend(loaded.warnings);
             loaded.config
@@ -244,9 +236,9 @@ where
         None => KubeletConfiguration::legacy_flag_defaults(),
     };
     if let Some(dir) = &kf.config_dir {
-        let merged = config::merge_dropins(config, dir).map_err(|e| CliError::ConfigFile {
+        let merged = config::merge_dropins(config, dir).map_err(|source| CliError::ConfigFile {
             path: dir.clone(),
-            reason: e.to_string(),
+            source,
         })?;
         warnings.extend(merged.warnings);
         config = merged.config;
@@ -254,10 +246,9 @@ where
 
     let mut seen = BTreeSet::new();
     for occ in &occurrences {
-        if matches!(occ.def.scope, Scope::Config | Scope::ConfigKept) {
+        if let Setter::Config(set) = occ.def.setter {
             let first = seen.insert(occ.def.name);
-            flags::apply_config(&mut config, occ.def.name, &occ.value, first)
-                .map_err(CliError::Usage)?;
+            set(&mut config, &occ.value, first).map_err(|e| occ.invalid(e))?;
         }
     }
     kf.verbosity = u8::try_from(config.logging.verbosity).unwrap_or(u8::MAX);
@@ -400,12 +391,12 @@ mod tests {
     fn unknown_flag_is_a_usage_error() {
         let e = run(&["--no-such-flag"]).err();
         assert!(
-            matches!(&e, Some(CliError::Usage(m)) if m == "unknown flag: --no-such-flag"),
+            matches!(&e, Some(CliError::Usage(m)) if m.to_string() == "unknown flag: --no-such-flag"),
             "{e:?}"
         );
         assert_eq!(e.map(|e| e.exit_code()), Some(1));
         let e = run(&["--max-pods=lots"]).err();
-        assert!(matches!(e, Some(CliError::Usage(m)) if m.contains("\"--max-pods\"")));
+        assert!(matches!(e, Some(CliError::Usage(m)) if m.to_string().contains("\"--max-pods\"")));
     }
 
     #[test]

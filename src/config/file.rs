@@ -16,7 +16,6 @@ use k8s_openapi::api::core::v1::{Pod, PodStatus, Toleration};
 use md5::{Digest, Md5};
 use notify::event::{AccessKind, AccessMode};
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
-use serde::Deserialize;
 use tokio::sync::{Notify, mpsc};
 use tokio::task::{JoinError, JoinHandle};
 use tokio_util::sync::CancellationToken;
@@ -69,16 +68,13 @@ fn unsupported(field: &str, value: &str, supported: &'static [&'static str]) -> 
 }
 
 /// JSON is passed through as JSON (like upstream); everything else is read as YAML, first
-/// document only.
+/// document only (`Null` when there is none).
 fn parse_document(data: &[u8]) -> Result<serde_json::Value, ManifestError> {
     let trimmed = data.trim_ascii_start();
     if trimmed.first() == Some(&b'{') {
         return serde_json::from_slice(trimmed).map_err(|e| ManifestError::Parse(e.to_string()));
     }
-    let doc = serde_yaml::Deserializer::from_slice(data)
-        .next()
-        .ok_or_else(|| ManifestError::Parse("empty manifest".to_string()))?;
-    serde_json::Value::deserialize(doc).map_err(|e| ManifestError::Parse(e.to_string()))
+    crate::yaml::to_json(data).map_err(|e| ManifestError::Parse(e.to_string()))
 }
 
 /// Decodes one manifest into a Pod, insisting on `apiVersion: v1` and `kind: Pod`.
