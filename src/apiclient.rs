@@ -6,17 +6,24 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+/// Why no API client could be made from a kubeconfig.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiClientError {
+    /// The kubeconfig could not be read or understood.
     #[error("reading kubeconfig {path}")]
     Kubeconfig {
+        /// The kubeconfig file.
         path: String,
+        /// kube's reason.
         #[source]
         source: kube::config::KubeconfigError,
     },
+    /// The kubeconfig was read but names no usable server or credentials.
     #[error("building an API client from {path}")]
     Client {
+        /// The kubeconfig file.
         path: String,
+        /// kube's reason.
         #[source]
         source: kube::Error,
     },

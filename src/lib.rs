@@ -1,32 +1,49 @@
 //! kubelet-rs: a Kubernetes kubelet written in Rust.
 //!
-//! Data flow (see ARCHITECTURE.md): pod sources (`config`) are merged into updates for the sync
-//! loop (`sync`), which drives one worker per pod; workers ask the runtime manager (`runtime`)
-//! to converge the pod over the CRI (`cri`), with pod cgroups from `cm`. The PLEG (`pleg`)
-//! relists the runtime and wakes workers on change; `status` turns runtime state into API pod
-//! status; `server` serves healthz and the read-only API.
+//! Data flow (see the README's Layout): pod sources (`sources`) are merged into updates for
+//! the sync loop (`sync`), which drives one worker per pod; workers ask the runtime manager
+//! (`runtime`) to converge the pod over the CRI (`cri`), with pod cgroups from `cm`. The PLEG
+//! (`pleg`) relists the runtime and wakes workers on change; `status` turns runtime state into
+//! API pod status; `server` and `podresources` serve what the kubelet knows. `kubelet` wires it
+//! all together.
+//!
+//! The library exists for the `kubelet` binary and the integration tests: only what they use is
+//! public.
 
-pub mod apiclient;
-pub mod certificate;
-pub mod cli;
-pub mod cm;
-pub mod config;
-pub mod cri;
-pub mod events;
-pub mod grpc_uds;
-pub mod host;
-pub mod kubelet;
-pub mod metrics;
-pub mod names;
-pub mod node;
-pub mod pleg;
-pub mod podresources;
-pub mod quantity;
-pub mod runtime;
-pub mod server;
-pub mod stats;
-pub mod status;
-pub mod sync;
-pub mod tasks;
-pub mod telemetry;
-pub mod yaml;
+mod apiclient;
+mod certificate;
+mod cli;
+mod cm;
+mod cri;
+mod events;
+mod grpc_uds;
+mod host;
+mod kubelet;
+mod metrics;
+mod names;
+mod node;
+mod pleg;
+mod podresources;
+mod quantity;
+mod runtime;
+mod server;
+mod sources;
+mod stats;
+mod status;
+mod sync;
+mod sys;
+mod tasks;
+mod telemetry;
+mod yaml;
+
+pub use cli::{CliError, Settings, parse};
+pub use kubelet::{KubeletError, run};
+pub use telemetry::{TelemetryError, init_logging};
+
+/// Parts the integration tests drive on their own, without a whole kubelet.
+pub mod testing {
+    pub use crate::apiclient::{ApiClientError, connect};
+    pub use crate::certificate::{CertError, bootstrap_if_needed, rotate_once};
+    pub use crate::cri::{CriError, connect_channel};
+    pub use crate::podresources::api as podresources;
+}

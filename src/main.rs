@@ -1,14 +1,16 @@
+//! The `kubelet` binary: flags, logging and signals; the library does the rest.
+
 use std::process::ExitCode;
 
 use anyhow::Context;
-use kubelet_rs::{cli, kubelet, telemetry};
+use kubelet_rs::Settings;
 use tokio_util::sync::CancellationToken;
 
 fn main() -> ExitCode {
     // kube and the servers share rustls; exactly one crypto backend (ring) is compiled in and it
     // is made the process default before anything builds a TLS config.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let settings = match cli::parse(std::env::args_os()) {
+    let settings = match kubelet_rs::parse(std::env::args_os()) {
         Ok(s) => s,
         Err(err) => {
             let code = err.exit_code();
@@ -21,7 +23,7 @@ fn main() -> ExitCode {
         }
     };
     if let Err(err) =
-        telemetry::init_logging(settings.flags.verbosity, &settings.config.logging.format)
+        kubelet_rs::init_logging(settings.flags.verbosity, &settings.config.logging.format)
     {
         eprintln!("Error: initialising logging: {err}");
         return ExitCode::from(1);
@@ -35,7 +37,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(settings: cli::Settings) -> anyhow::Result<()> {
+fn run(settings: Settings) -> anyhow::Result<()> {
     for warning in &settings.warnings {
         tracing::warn!("{warning}");
     }
@@ -51,7 +53,7 @@ fn run(settings: cli::Settings) -> anyhow::Result<()> {
             wait_for_signal().await;
             on_signal.cancel();
         });
-        kubelet::run(settings, cancel)
+        kubelet_rs::run(settings, cancel)
             .await
             .context("failed to run Kubelet")
     })

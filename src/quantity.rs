@@ -82,11 +82,6 @@ impl Amount {
         i64::try_from(v).ok()
     }
 
-    /// The value in base units as a float, for settings that are only compared.
-    pub fn as_f64(self) -> f64 {
-        self.0 as f64 / NANO as f64
-    }
-
     pub fn max(self, other: Amount) -> Amount {
         Amount(self.0.max(other.0))
     }
@@ -145,11 +140,6 @@ impl Style {
 /// A byte count in the binary style ("2Mi").
 pub fn bytes(b: u64) -> Quantity {
     Amount(i128::from(b) * NANO).to_quantity(Style::Binary)
-}
-
-/// A count in the decimal style ("110").
-pub fn units(n: i64) -> Quantity {
-    Amount::from_units(n).to_quantity(Style::Decimal)
 }
 
 /// Whether two quantities denote the same amount ("1Gi" equals "1073741824").

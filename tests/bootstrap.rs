@@ -26,7 +26,7 @@ async fn bootstrap_gets_a_node_certificate() {
     let kubeconfig = dir.path().join("kubelet.conf");
     let cert_dir = dir.path().join("pki");
 
-    kubelet_rs::certificate::bootstrap_if_needed(
+    kubelet_rs::testing::bootstrap_if_needed(
         &kubeconfig,
         Some(Path::new(bootstrap)),
         &cert_dir,
@@ -57,7 +57,7 @@ async fn bootstrap_gets_a_node_certificate() {
 
     // The written kubeconfig authenticates as the node: the node authorizer lets it list nodes,
     // and the API server names the user after the certificate's CN.
-    let client = kubelet_rs::apiclient::connect(&kubeconfig, TIMEOUT)
+    let client = kubelet_rs::testing::connect(&kubeconfig, TIMEOUT)
         .await
         .expect("client from the bootstrapped kubeconfig");
     let nodes: Api<Node> = Api::all(client.clone());
@@ -92,7 +92,7 @@ async fn bootstrap_gets_a_node_certificate() {
     }
 
     // A second call finds the kubeconfig valid and leaves the files alone.
-    kubelet_rs::certificate::bootstrap_if_needed(
+    kubelet_rs::testing::bootstrap_if_needed(
         &kubeconfig,
         Some(Path::new(bootstrap)),
         &cert_dir,
@@ -108,7 +108,7 @@ async fn bootstrap_gets_a_node_certificate() {
     // link moves, and a new client made from the unchanged kubeconfig uses it.
     std::thread::sleep(Duration::from_millis(1100));
     let before = std::fs::read_to_string(&current).unwrap();
-    let rotated = kubelet_rs::certificate::rotate_once(
+    let rotated = kubelet_rs::testing::rotate_once(
         &kubeconfig,
         &cert_dir,
         NODE,
@@ -124,7 +124,7 @@ async fn bootstrap_gets_a_node_certificate() {
     assert_ne!(std::fs::read_to_string(&current).unwrap(), before);
     assert!(target.exists(), "the previous pair is kept");
     assert_eq!(std::fs::read_to_string(&kubeconfig).unwrap(), kc);
-    let client = kubelet_rs::apiclient::connect(&kubeconfig, TIMEOUT)
+    let client = kubelet_rs::testing::connect(&kubeconfig, TIMEOUT)
         .await
         .expect("client after rotation");
     tokio::time::timeout(

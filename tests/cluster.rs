@@ -283,7 +283,9 @@ fn stop_apiserver() {
         .trim()
         .parse()
         .expect("apiserver pid");
-    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let _ = std::process::Command::new("kill")
+        .args(["-s", "KILL", &pid.to_string()])
+        .status();
 }
 
 fn restart_control_plane() {

@@ -85,13 +85,15 @@ fn pod_runs_and_its_output_lands_in_its_log_file() {
     // The pod-resources socket lists the pod and its container.
     let socket = k.root_dir.join("pod-resources/kubelet.sock");
     let listed = tokio::runtime::Runtime::new().unwrap().block_on(async {
-        use kubelet_rs::podresources::api::{
+        use kubelet_rs::testing::podresources::{
             ListPodResourcesRequest, pod_resources_lister_client::PodResourcesListerClient,
         };
-        let channel =
-            kubelet_rs::cri::connect_channel(&socket.display().to_string(), Duration::from_secs(5))
-                .await
-                .expect("pod-resources socket");
+        let channel = kubelet_rs::testing::connect_channel(
+            &socket.display().to_string(),
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("pod-resources socket");
         PodResourcesListerClient::new(channel)
             .list(ListPodResourcesRequest {})
             .await

@@ -32,45 +32,82 @@ const CSR_POLL: Duration = Duration::from_secs(1);
 /// Pause before retrying a failed rotation.
 const ROTATION_RETRY: Duration = Duration::from_secs(60);
 
+/// Why a client certificate could not be obtained or stored.
 #[derive(Debug, thiserror::Error)]
 pub enum CertError {
+    /// Reading or writing a file failed.
     #[error("{path}")]
     Io {
+        /// The file.
         path: PathBuf,
+        /// The OS error.
         #[source]
         source: std::io::Error,
     },
+    /// A kubeconfig could not be read.
     #[error("reading kubeconfig {path}")]
     Kubeconfig {
+        /// The kubeconfig file.
         path: PathBuf,
+        /// kube's reason.
         #[source]
         source: kube::config::KubeconfigError,
     },
+    /// A kubeconfig lacks what bootstrap or rotation needs.
     #[error("kubeconfig {path}: {reason}")]
-    BadKubeconfig { path: PathBuf, reason: String },
+    BadKubeconfig {
+        /// The kubeconfig file.
+        path: PathBuf,
+        /// What it lacks.
+        reason: String,
+    },
+    /// No API client could be made.
     #[error(transparent)]
     Client(#[from] ApiClientError),
+    /// Making the key or the certificate request failed.
     #[error("generating key or certificate request")]
     Generate(#[from] rcgen::Error),
+    /// An API call failed.
     #[error("{what}")]
     Api {
+        /// The call.
         what: String,
+        /// The API server's answer.
         #[source]
         source: kube::Error,
     },
+    /// An API call ran past its deadline.
     #[error("{what} timed out after {after:?}")]
-    Timeout { what: String, after: Duration },
+    Timeout {
+        /// The call.
+        what: String,
+        /// The deadline.
+        after: Duration,
+    },
+    /// The CSR was denied or failed.
     #[error("certificate signing request {name} was {condition}: {reason}: {message}")]
     Refused {
+        /// The CSR's name.
         name: String,
+        /// Denied or Failed.
         condition: String,
+        /// The condition's reason.
         reason: String,
+        /// The condition's message.
         message: String,
     },
+    /// The CSR was not signed in time.
     #[error("certificate signing request {name} not issued within {after:?}")]
-    NotIssued { name: String, after: Duration },
+    NotIssued {
+        /// The CSR's name.
+        name: String,
+        /// How long was waited.
+        after: Duration,
+    },
+    /// The issued certificate cannot be used.
     #[error("certificate {0}")]
     BadCertificate(String),
+    /// The kubelet is shutting down.
     #[error("cancelled")]
     Cancelled,
 }

@@ -486,7 +486,7 @@ impl<'de> Deserialize<'de> for FlushFrequency {
 fn quantity_string<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
     match Value::deserialize(deserializer)? {
         Value::String(s) => {
-            super::quantity::parse_quantity(&s).map_err(serde::de::Error::custom)?;
+            crate::quantity::Amount::parse(&s).map_err(serde::de::Error::custom)?;
             Ok(s)
         }
         Value::Number(n) => Ok(n.to_string()),

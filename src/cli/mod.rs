@@ -7,7 +7,6 @@
 pub mod config;
 pub mod duration;
 mod flags;
-pub mod quantity;
 pub mod validate;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -17,7 +16,7 @@ use std::path::PathBuf;
 
 pub use config::KubeletConfiguration;
 pub use duration::GoDuration;
-pub use flags::{FlagError, ValueError};
+pub use flags::FlagError;
 
 use flags::Setter;
 
@@ -99,7 +98,9 @@ impl Default for KubeletFlags {
 /// Everything the kubelet was told to do.
 #[derive(Clone, Debug)]
 pub struct Settings {
+    /// Settings that exist only as flags.
     pub flags: KubeletFlags,
+    /// The effective KubeletConfiguration: defaults, then the file, then flags.
     pub config: KubeletConfiguration,
     /// Deprecation and lenient-decoding notices, to log once logging is up.
     pub warnings: Vec<String>,
@@ -117,24 +118,13 @@ impl Settings {
 fn node_name_for(override_name: Option<&str>) -> Option<String> {
     let raw = match override_name {
         Some(o) if !o.trim().is_empty() => o.to_string(),
-        _ => machine_hostname()?,
+        _ => crate::sys::hostname()?,
     };
     let name = raw.trim().to_lowercase();
     (!name.is_empty()).then_some(name)
 }
 
-fn machine_hostname() -> Option<String> {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for writes of its full length, and gethostname
-    // writes at most that many bytes.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return None;
-    }
-    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
-    Some(String::from_utf8_lossy(&buf[..end]).into_owned())
-}
-
+/// Why the kubelet will not start with this command line.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
     /// `--help`: print the text to stdout and exit 0.
@@ -143,13 +133,18 @@ pub enum CliError {
     /// `--version`: print the text to stdout and exit 0.
     #[error("{0}")]
     Version(String),
+    /// A flag is unknown or its value does not parse.
     #[error("failed to parse kubelet flag: {0}")]
     Usage(#[from] FlagError),
+    /// The `--config` file (or a drop-in) could not be read or decoded.
     #[error("failed to load kubelet config file, path: {}, error: {source}", path.display())]
     ConfigFile {
+        /// The file.
         path: PathBuf,
+        /// Why it could not be loaded.
         source: config::ConfigError,
     },
+    /// The merged settings break upstream's validation rules (each message names the field).
     #[error("failed to validate kubelet flags and configuration, error: [{}]", .0.join(", "))]
     Invalid(Vec<String>),
 }

@@ -7,9 +7,7 @@
 //! should use `spawn_blocking`.
 
 use std::collections::BTreeSet;
-use std::ffi::CString;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -17,7 +15,9 @@ use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use tracing::{debug, info, warn};
 
 use super::CgroupError;
-use super::layout::{CgroupVersion, Hierarchy, Layout};
+#[cfg(test)]
+use super::layout::CgroupVersion;
+use super::layout::{Hierarchy, Layout};
 use super::qos::{QosClass, pod_qos_class};
 use super::resources::{
     MIN_SHARES, PodCgroupOptions, PodResources, pod_resources, shares_to_weight,
@@ -129,6 +129,7 @@ impl CgroupManager {
         self.cgroups_per_qos
     }
 
+    #[cfg(test)]
     pub fn version(&self) -> CgroupVersion {
         self.layout.version()
     }
@@ -290,6 +291,7 @@ impl CgroupManager {
     }
 
     /// UIDs of all pod cgroups present in any hierarchy (for orphan cleanup).
+    #[cfg(test)]
     pub fn list_pod_uids(&self) -> Result<Vec<String>, CgroupError> {
         if !self.cgroups_per_qos {
             return Ok(Vec::new());
@@ -567,10 +569,8 @@ fn kill_all(dirs: &[PathBuf]) {
             return;
         }
         for pid in &pids {
-            // SAFETY: kill(2) with a plain pid and signal has no memory-safety requirements.
-            let rc = unsafe { libc::kill(*pid, libc::SIGKILL) };
-            if rc != 0 {
-                debug!(pid, err = %io::Error::last_os_error(), "kill failed");
+            if let Err(err) = crate::sys::kill(*pid, libc::SIGKILL) {
+                debug!(pid, %err, "kill failed");
             }
         }
         std::thread::sleep(POLL);
@@ -580,15 +580,8 @@ fn kill_all(dirs: &[PathBuf]) {
 /// Whether `path` is on a cgroup filesystem, where rmdir removes a cgroup despite its
 /// interface files. Test trees on ordinary filesystems are removed recursively instead.
 fn is_cgroupfs(path: &Path) -> bool {
-    let Ok(c) = CString::new(path.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: statfs(2) writes into the zeroed struct we own; `c` is a valid C string.
-    let mut buf: libc::statfs = unsafe { std::mem::zeroed() };
-    let rc = unsafe { libc::statfs(c.as_ptr(), &mut buf) };
-    #[allow(clippy::unnecessary_cast)]
-    let magic = buf.f_type as i64;
-    rc == 0 && (magic == CGROUP_SUPER_MAGIC || magic == CGROUP2_SUPER_MAGIC)
+    crate::sys::fs_magic(path)
+        .is_some_and(|magic| magic == CGROUP_SUPER_MAGIC || magic == CGROUP2_SUPER_MAGIC)
 }
 
 fn remove_tree(dir: &Path) -> Result<(), CgroupError> {

@@ -10,10 +10,9 @@ pub mod resources;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub use layout::CgroupVersion;
 pub use manager::CgroupManager;
-pub use qos::{QosClass, pod_qos_class, qos_class};
-pub use resources::{PodCgroupOptions, PodResources, pod_resources};
+pub use qos::{QosClass, qos_class};
+pub use resources::{PodCgroupOptions, PodResources};
 
 use crate::quantity::QuantityError;
 

@@ -415,20 +415,6 @@ impl RuntimeClient {
         streaming_url(OP, resp.url)
     }
 
-    pub async fn reopen_container_log(&self, id: &str) -> Result<(), CriError> {
-        let mut c = self.runtime.clone();
-        let req = api::ReopenContainerLogRequest {
-            container_id: id.to_string(),
-        };
-        call(
-            "ReopenContainerLog",
-            self.timeout,
-            c.reopen_container_log(req),
-        )
-        .await?;
-        Ok(())
-    }
-
     pub async fn list_container_stats(
         &self,
         filter: Option<api::ContainerStatsFilter>,
@@ -526,6 +512,7 @@ impl RuntimeClient {
         Ok(resp.image_ref)
     }
 
+    #[cfg(test)]
     pub async fn remove_image(&self, image: &str) -> Result<(), CriError> {
         let mut c = self.image.clone();
         let req = api::RemoveImageRequest {

@@ -5,22 +5,40 @@ use std::time::Duration;
 /// Everything that can go wrong talking to the runtime.
 #[derive(Debug, thiserror::Error)]
 pub enum CriError {
+    /// The endpoint is not a unix socket the kubelet can dial.
     #[error("invalid CRI endpoint {endpoint:?}: {reason}")]
-    InvalidEndpoint { endpoint: String, reason: String },
+    InvalidEndpoint {
+        /// The endpoint as configured.
+        endpoint: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 
+    /// The socket did not accept a gRPC connection.
     #[error("failed to connect to CRI endpoint {endpoint:?}")]
     Connect {
+        /// The endpoint as configured.
         endpoint: String,
+        /// The transport's error.
         #[source]
         source: tonic::transport::Error,
     },
 
+    /// A call ran past its deadline.
     #[error("CRI {op} timed out after {after:?}")]
-    Timeout { op: &'static str, after: Duration },
+    Timeout {
+        /// The CRI method.
+        op: &'static str,
+        /// The deadline it ran past.
+        after: Duration,
+    },
 
+    /// The runtime answered with a gRPC error.
     #[error("CRI {op} failed: {}: {}", status.code(), status.message())]
     Status {
+        /// The CRI method.
         op: &'static str,
+        /// The runtime's answer.
         #[source]
         status: tonic::Status,
     },
@@ -28,7 +46,12 @@ pub enum CriError {
     /// The runtime answered, but with something the CRI contract forbids
     /// (e.g. an empty id for a freshly created sandbox).
     #[error("CRI {op} returned an invalid response: {reason}")]
-    InvalidResponse { op: &'static str, reason: String },
+    InvalidResponse {
+        /// The CRI method.
+        op: &'static str,
+        /// What the response lacked.
+        reason: String,
+    },
 }
 
 impl CriError {

@@ -325,11 +325,6 @@ impl FakeRuntime {
         self.lock().exit_on_start.insert(name.to_string(), code);
     }
 
-    /// Exit code StopContainer leaves; by default 143 with a grace period, 137 without.
-    pub fn set_stop_exit_code(&self, code: i32) {
-        self.lock().stop_exit_code = Some(code);
-    }
-
     /// The next call of `method` (e.g. "PullImage") fails with `status` before the runtime
     /// does anything.
     pub fn fail_next(&self, method: &'static str, status: Status) {

@@ -75,7 +75,7 @@ mod tests {
     fn runtime_operations_are_counted_with_errors_and_durations() {
         record_runtime_operation("MetricsTestOp", Duration::from_millis(20), false);
         record_runtime_operation("MetricsTestOp", Duration::from_millis(30), true);
-        let text = render();
+        let text = render([]);
         let sel = "{operation_type=\"metrics_test_op\"}";
         assert_eq!(
             line_value(&text, &format!("kubelet_runtime_operations_total{sel}")),

@@ -13,7 +13,7 @@ pub mod fake;
 #[cfg(test)]
 mod tests;
 
-pub use client::{MAX_MESSAGE_SIZE, RuntimeClient, connect_channel};
+pub use client::{RuntimeClient, connect_channel};
 pub use endpoint::parse_endpoint;
 pub use error::CriError;
 

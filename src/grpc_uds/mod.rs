@@ -18,8 +18,6 @@ use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::server::{Connected, UdsConnectInfo};
 use tracing::debug;
 
-pub use rewrite::{REPLACEMENT_AUTHORITY, RewriteError};
-
 /// Bytes read from the socket per call; a frame larger than this simply takes several reads.
 const READ_CHUNK: usize = 16 * 1024;
 

@@ -3,8 +3,6 @@
 //! read from procfs/sysfs; a fact that cannot be read is left empty rather than failing the
 //! whole status, as upstream does with cAdvisor's machine info.
 
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -59,7 +57,7 @@ pub fn read_machine_facts(sources: &FactSources, root_dir: &Path) -> MachineFact
         .map(|t| parse_meminfo(&t))
         .unwrap_or((None, None));
     MachineFacts {
-        num_cpus: online_cpus(),
+        num_cpus: crate::sys::online_cpus(),
         memory_bytes,
         swap_bytes,
         hugepages: read_hugepages(&sources.hugepages_dir),
@@ -70,7 +68,7 @@ pub fn read_machine_facts(sources: &FactSources, root_dir: &Path) -> MachineFact
             .unwrap_or_default(),
         system_uuid: read_trimmed(&sources.product_uuid).unwrap_or_default(),
         boot_id: read_trimmed(&sources.boot_id).unwrap_or_default(),
-        kernel_version: kernel_release().unwrap_or_default(),
+        kernel_version: crate::sys::kernel_release().unwrap_or_default(),
         os_image: sources
             .os_release
             .iter()
@@ -136,40 +134,9 @@ pub fn read_hugepages(dir: &Path) -> Vec<HugePages> {
     out
 }
 
-fn online_cpus() -> Option<u64> {
-    // SAFETY: sysconf only reads a system constant.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    u64::try_from(n).ok().filter(|n| *n > 0)
-}
-
-fn kernel_release() -> Option<String> {
-    // SAFETY: utsname is plain old data, so all-zero is a valid value for uname to fill in.
-    let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
-    // SAFETY: the pointer refers to a live, writable utsname.
-    if unsafe { libc::uname(&mut uts) } != 0 {
-        return None;
-    }
-    let bytes: Vec<u8> = uts
-        .release
-        .iter()
-        .take_while(|c| **c != 0)
-        .map(|c| *c as u8)
-        .collect();
-    Some(String::from_utf8_lossy(&bytes).into_owned())
-}
-
 /// Total size in bytes of the filesystem holding `path`.
 pub fn filesystem_size(path: &Path) -> Option<u64> {
-    let c_path = CString::new(path.as_os_str().as_bytes()).ok()?;
-    // SAFETY: statvfs is plain old data, so all-zero is a valid value to be overwritten.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: c_path is NUL-terminated and st is a live, writable statvfs.
-    if unsafe { libc::statvfs(c_path.as_ptr(), &mut st) } != 0 {
-        return None;
-    }
-    #[allow(clippy::unnecessary_cast)]
-    let (blocks, frsize) = (st.f_blocks as u64, st.f_frsize as u64);
-    blocks.checked_mul(frsize)
+    crate::sys::statvfs(path).ok().map(|s| s.capacity)
 }
 
 #[cfg(test)]

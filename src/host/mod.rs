@@ -9,7 +9,7 @@ mod ip;
 use std::net::IpAddr;
 use std::path::Path;
 
-pub use facts::{FactSources, HugePages, MachineFacts, read_machine_facts};
+pub use facts::{FactSources, MachineFacts, read_machine_facts};
 pub use ip::{detect_node_ip, serving_ips};
 
 #[derive(Clone, Debug, Default)]

@@ -25,36 +25,50 @@ use crate::server::{Listeners, ServerState};
 use crate::sync::admission::Allocatable;
 use crate::sync::{Admission, SyncLoop, SyncLoopHealth, SyncLoopInputs, SyncSettings};
 use crate::tasks::{TaskError, Tasks};
-use crate::{certificate, config, events, node, pleg, podresources, server, stats, status};
+use crate::{certificate, events, node, pleg, podresources, server, sources, stats, status};
 
+/// Why the kubelet could not start, or stopped on its own.
 #[derive(Debug, thiserror::Error)]
 pub enum KubeletError {
+    /// The container runtime did not answer.
     #[error("container runtime at {endpoint} is not usable")]
     Runtime {
+        /// `containerRuntimeEndpoint`.
         endpoint: String,
+        /// What the CRI client saw.
         #[source]
         source: crate::cri::CriError,
     },
+    /// The node's cgroups could not be set up.
     #[error("cgroups: {0}")]
     Cgroup(#[from] crate::cm::CgroupError),
+    /// One of the kubelet's folders could not be made.
     #[error("{path}")]
     Io {
+        /// The folder.
         path: PathBuf,
+        /// The OS error.
         #[source]
         source: std::io::Error,
     },
+    /// TLS bootstrap or the API client failed.
     #[error(transparent)]
     ApiServer(#[from] certificate::ConnectError),
+    /// A port could not be bound, or TLS or authentication settings are unusable.
     #[error(transparent)]
     Server(#[from] server::ServerError),
+    /// The pod-resources socket could not be bound.
     #[error(transparent)]
     PodResources(#[from] podresources::PodResourcesError),
+    /// A setting this version cannot honour.
     #[error("{0} is not supported by this version of kubelet-rs")]
     Unsupported(String),
+    /// A critical loop ended before shutdown.
     #[error(transparent)]
     Task(#[from] TaskError),
 }
 
+/// Runs the kubelet until `cancel` fires (pods keep running), or until a critical loop ends.
 pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), KubeletError> {
     // Small procfs reads and one statvfs, once, before anything runs.
     let host = Host::detect(&settings.flags.node_ip, &settings.flags.root_dir);
@@ -104,7 +118,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
 
     // Pod sources → PodConfig → sync loop ◄── PLEG.
     let (pod_updates, sources_ready) =
-        config::spawn((&settings).into(), api.as_ref(), &mut tasks, &cancel);
+        sources::spawn((&settings).into(), api.as_ref(), &mut tasks, &cancel);
     let pleg = pleg::spawn(cri.clone(), &mut tasks, &cancel);
     let node_settings = NodeSettings::from_settings(&settings, &host.node_ip);
     let sync_settings = SyncSettings::from(&settings);
@@ -175,8 +189,6 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         sync_loop_deadline: sync_settings.loop_deadline,
         cri,
         settings: Arc::new(server_settings),
-        node_name,
-        api,
         stats,
     };
     listeners.spawn(state, &mut tasks, &cancel);

@@ -1,10 +1,10 @@
 //! Prometheus metrics: a process-wide registry of the kubelet_* families (like upstream's
-//! legacyregistry, so instrumented code needs no handle passed around), the process_*
-//! basics, and the text exposition of /metrics and /metrics/probes (/metrics/resource and
-//! /metrics/cadvisor are rendered beside the statistics, in `stats::exposition`).
+//! legacyregistry, so instrumented code needs no handle passed around) and the text
+//! exposition of /metrics and /metrics/probes. It imports nothing of the crate: the process_*
+//! families, /metrics/resource and /metrics/cadvisor are rendered beside the statistics, in
+//! `stats::exposition`.
 
 mod kubelet;
-pub mod process;
 pub mod registry;
 pub mod text;
 
@@ -18,10 +18,10 @@ pub fn kubelet() -> &'static KubeletMetrics {
     METRICS.get_or_init(KubeletMetrics::new)
 }
 
-/// The /metrics exposition: kubelet families and process basics.
-pub fn render() -> String {
+/// The /metrics exposition: the kubelet families, then `extra` (the process basics).
+pub fn render(extra: impl IntoIterator<Item = text::Family>) -> String {
     let mut families = kubelet().families();
-    families.extend(process::families());
+    families.extend(extra);
     text::encode(families)
 }
 
@@ -37,6 +37,3 @@ pub fn render_probes() -> String {
     );
     out
 }
-
-#[cfg(test)]
-mod tests;

@@ -108,6 +108,7 @@ impl Scalar {
         lock(&self.values).insert(self.opts.key(labels), v);
     }
 
+    #[cfg(test)]
     pub fn get(&self, labels: &[&str]) -> Option<f64> {
         lock(&self.values).get(&self.opts.key(labels)).copied()
     }
@@ -167,6 +168,7 @@ impl Histogram {
     }
 
     /// Number of observations for a label set (tests, health).
+    #[cfg(test)]
     pub fn count(&self, labels: &[&str]) -> u64 {
         lock(&self.values)
             .get(&self.opts.key(labels))

@@ -9,10 +9,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::build::{self, Pressure, StatusInputs};
-use crate::host::{FactSources, MachineFacts, read_machine_facts};
 use super::{NodeContext, NodeError, cri_call};
 use crate::cli::duration::format_go_duration;
 use crate::cri::api;
+use crate::host::{FactSources, MachineFacts, read_machine_facts};
 
 /// A runtime that has not reported ready for this long is "down".
 const RUNTIME_SYNC_THRESHOLD: Duration = Duration::from_secs(30);
@@ -115,9 +115,8 @@ impl RuntimeTracker {
 
 async fn machine_facts(ctx: &NodeContext) -> MachineFacts {
     let root = ctx.settings.root_dir.clone();
-    let read = tokio::task::spawn_blocking(move || {
-        read_machine_facts(&FactSources::default(), &root)
-    });
+    let read =
+        tokio::task::spawn_blocking(move || read_machine_facts(&FactSources::default(), &root));
     match tokio::time::timeout(FACTS_TIMEOUT, read).await {
         Ok(Ok(f)) => f,
         Ok(Err(e)) => {

@@ -121,11 +121,6 @@ pub struct NodeContext {
 }
 
 impl NodeContext {
-    pub fn with_events(mut self, events: crate::events::EventRecorder) -> Self {
-        self.events = events;
-        self
-    }
-
     /// A Node event in upstream's "Node <name> status is now: <reason>" form.
     pub fn status_event(&self, kind: crate::events::EventType, reason: &str) {
         let message = format!("Node {} status is now: {reason}", self.node_name);

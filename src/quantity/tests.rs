@@ -146,3 +146,17 @@ fn arithmetic_is_exact_and_saturates() {
     assert_eq!(Amount::parse("-1n").unwrap().millis(), Some(-1));
     assert_eq!(Amount::from_nano(i128::MAX).units(), None);
 }
+
+/// Moved from the command line's quantity settings, which parse with `Amount` now.
+#[test]
+fn parses_common_forms() {
+    let parse_quantity = |s: &str| Amount::parse(s).map(|a| a.nano() as f64 / NANO as f64);
+    assert_eq!(parse_quantity("100Mi"), Ok(100.0 * 1024.0 * 1024.0));
+    assert_eq!(parse_quantity("1Gi"), Ok(1_073_741_824.0));
+    assert_eq!(parse_quantity("1e3"), Ok(1000.0));
+    assert!((parse_quantity("250m").unwrap_or_default() - 0.25).abs() < 1e-12);
+    assert_eq!(parse_quantity("1.5Gi"), Ok(1.5 * 1_073_741_824.0));
+    for bad in ["", "Mi", "1.2.3", "10MB", "abc", "1 Gi", "."] {
+        assert!(parse_quantity(bad).is_err(), "{bad:?}");
+    }
+}

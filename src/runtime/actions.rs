@@ -82,6 +82,7 @@ pub struct PodActions {
 
 impl PodActions {
     /// When the worker should look again even if nothing else happens.
+    #[cfg(test)]
     pub fn requeue_after(&self) -> Option<Duration> {
         self.backoff.iter().map(|b| b.remaining).min()
     }

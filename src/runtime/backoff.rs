@@ -86,6 +86,7 @@ impl Backoff {
         self.entries.get(key).map(|e| e.delay)
     }
 
+    #[cfg(test)]
     pub fn forget_pod(&mut self, pod_uid: &str) {
         let prefix = format!("{pod_uid}_");
         self.entries.retain(|k, _| !k.starts_with(&prefix));
@@ -100,10 +101,12 @@ impl Backoff {
         });
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

@@ -57,7 +57,7 @@ pub fn with_default_tag(image: &str) -> String {
 pub fn pull_policy(container: &Container) -> &str {
     match container.image_pull_policy.as_deref() {
         Some(p @ ("Always" | "Never" | "IfNotPresent")) => p,
-        _ => crate::config::defaults::default_pull_policy(
+        _ => crate::sources::defaults::default_pull_policy(
             container.image.as_deref().unwrap_or_default(),
         ),
     }

@@ -169,10 +169,6 @@ impl RuntimeManager {
         self
     }
 
-    pub fn cri(&self) -> &RuntimeClient {
-        &self.cri
-    }
-
     pub fn settings(&self) -> &RuntimeSettings {
         &self.settings
     }

@@ -142,26 +142,10 @@ fn mount_tmpfs(path: &Path) -> Result<(), VolumeError> {
     if is_mount_point(path) {
         return Ok(());
     }
-    let c = |s: &str| std::ffi::CString::new(s).unwrap_or_default();
-    let target = c(&path.to_string_lossy());
-    let fstype = c("tmpfs");
-    // SAFETY: all pointers are valid NUL-terminated strings for the duration of the call.
-    let rc = unsafe {
-        libc::mount(
-            fstype.as_ptr(),
-            target.as_ptr(),
-            fstype.as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    };
-    if rc != 0 {
-        return Err(VolumeError::Io {
-            path: path.to_path_buf(),
-            source: std::io::Error::last_os_error(),
-        });
-    }
-    Ok(())
+    crate::sys::mount_tmpfs(path).map_err(|source| VolumeError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 fn prepare_empty_dir(pod_dir: &Path, v: &Volume) -> Result<PathBuf, VolumeError> {
@@ -453,14 +437,10 @@ pub fn remove_pod_dir(root_dir: &Path, uid: &str) -> Result<(), VolumeError> {
                 problem: "is still mounted; the pod folder is left in place".into(),
             });
         }
-        let target = std::ffi::CString::new(mp.to_string_lossy().as_bytes()).unwrap_or_default();
-        // SAFETY: target is a valid NUL-terminated path.
-        if unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) } != 0 {
-            return Err(VolumeError::Io {
-                path: mp.clone(),
-                source: std::io::Error::last_os_error(),
-            });
-        }
+        crate::sys::unmount_detach(mp).map_err(|source| VolumeError::Io {
+            path: mp.clone(),
+            source,
+        })?;
     }
     std::fs::remove_dir_all(&pod_dir).map_err(io(&pod_dir))
 }

@@ -76,9 +76,6 @@ pub struct ServerState {
     pub sync_loop_deadline: Duration,
     pub cri: RuntimeClient,
     pub settings: Arc<ServerSettings>,
-    pub node_name: String,
-    /// The API server client (token and access reviews); None when standalone.
-    pub api: Option<kube::Client>,
     /// Node and pod statistics for /stats/summary and the metrics endpoints.
     pub stats: Arc<crate::stats::StatsProvider>,
 }
@@ -115,8 +112,6 @@ impl ServerState {
             sync_loop_deadline: Duration::from_secs(300),
             cri,
             settings: Arc::new(ServerSettings::from(&KubeletConfiguration::defaulted())),
-            node_name: "test-node".to_string(),
-            api: None,
         }
     }
 }
@@ -163,22 +158,19 @@ pub fn read_only_router(state: ServerState) -> Router {
         .with_state(state)
 }
 
-/// The authenticated port's routes: the default set, the debugging set when
-/// enableDebuggingHandlers is on, all behind authentication and authorization. Handlers find
-/// the caller as `Extension<auth::UserInfo>`, the TLS client certificates as
-/// `Extension<auth::x509::PeerCertificates>` and the peer address as
-/// `ConnectInfo<SocketAddr>`. Fails when the auth settings cannot work (no API client for a
-/// webhook mode, unreadable client CA file).
-pub fn secure_router(
-    state: ServerState,
-    cfg: &KubeletConfiguration,
-) -> Result<Router, ServerError> {
-    let kubelet_auth = auth::KubeletAuth::from_config(cfg, &state.node_name, state.api.as_ref())?;
+/// The authenticated port's routes, for handler tests: no API server, so only x509,
+/// anonymous and AlwaysAllow work.
+#[cfg(test)]
+fn secure_router(state: ServerState, cfg: &KubeletConfiguration) -> Result<Router, ServerError> {
+    let kubelet_auth = auth::KubeletAuth::from_config(cfg, "test-node", None)?;
     Ok(secure_router_with(state, kubelet_auth))
 }
 
-/// [`secure_router`] with authentication and authorization built beforehand (the kubelet does
-/// so at start-up, before any pod runs, so bad settings stop it early).
+/// The authenticated port's routes: the default set, the debugging set when
+/// enableDebuggingHandlers is on, all behind authentication and authorization (built at
+/// start-up, before any pod runs, so bad settings stop the kubelet early). Handlers find the
+/// caller as `Extension<auth::UserInfo>`, the TLS client certificates as
+/// `Extension<auth::x509::PeerCertificates>` and the peer address as `ConnectInfo<SocketAddr>`.
 pub fn secure_router_with(state: ServerState, kubelet_auth: auth::KubeletAuth) -> Router {
     let cfg = &state.settings;
     let routes = if cfg.debugging_handlers {

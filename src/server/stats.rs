@@ -58,7 +58,7 @@ async fn summary(
 }
 
 async fn kubelet_metrics() -> Response {
-    metrics_text(metrics::render())
+    metrics_text(crate::stats::exposition::kubelet_metrics())
 }
 
 async fn resource_metrics(State(state): State<ServerState>) -> Response {

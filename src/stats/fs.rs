@@ -5,8 +5,6 @@
 //! like upstream's cached volume metrics, and served stale when a new walk is slow.
 
 use std::collections::{HashMap, HashSet};
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -137,27 +135,16 @@ fn remember(cache: &Mutex<HashMap<PathBuf, (Instant, DiskUsage)>>, p: PathBuf, u
 }
 
 pub fn statvfs(path: &Path) -> Result<FsInfo, StatsError> {
-    let io = |source| StatsError::Io {
+    let s = crate::sys::statvfs(path).map_err(|source| StatsError::Io {
         path: path.to_path_buf(),
         source,
-    };
-    let c = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io(std::io::Error::from(std::io::ErrorKind::InvalidInput)))?;
-    // SAFETY: an all-zero statvfs is a valid value; the call fills it from a NUL-terminated path.
-    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a valid C string and `s` a writable statvfs.
-    if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
-        return Err(io(std::io::Error::last_os_error()));
-    }
-    let frsize = s.f_frsize as u64;
-    let capacity = (s.f_blocks as u64).saturating_mul(frsize);
-    let free = (s.f_bfree as u64).saturating_mul(frsize);
+    })?;
     Ok(FsInfo {
-        capacity,
-        available: (s.f_bavail as u64).saturating_mul(frsize),
-        used: capacity.saturating_sub(free),
-        inodes: s.f_files as u64,
-        inodes_free: s.f_ffree as u64,
+        capacity: s.capacity,
+        available: s.available,
+        used: s.capacity.saturating_sub(s.free),
+        inodes: s.inodes,
+        inodes_free: s.inodes_free,
     })
 }
 

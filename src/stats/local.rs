@@ -125,11 +125,7 @@ fn rlimit() -> (Option<i64>, Option<i64>) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
-    // SAFETY: an all-zero sysinfo is valid; the call fills it in.
-    let mut info: libc::sysinfo = unsafe { std::mem::zeroed() };
-    // SAFETY: `info` is a writable sysinfo.
-    let procs = (unsafe { libc::sysinfo(&mut info) } == 0).then(|| i64::from(info.procs));
-    (max_pid, procs)
+    (max_pid, crate::sys::process_count())
 }
 
 /// Reads everything `req` names. Blocking: run it on the blocking pool.

@@ -150,15 +150,11 @@ pub fn proc_stat(text: &str) -> Option<ProcStat> {
 
 /// Clock ticks per second, for /proc/stat and /proc/<pid>/stat.
 pub fn clock_ticks() -> u64 {
-    // SAFETY: sysconf only reads a system constant.
-    let v = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    u64::try_from(v).ok().filter(|v| *v > 0).unwrap_or(100)
+    crate::sys::clock_ticks()
 }
 
 pub fn page_size() -> u64 {
-    // SAFETY: sysconf only reads a system constant.
-    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    u64::try_from(v).ok().filter(|v| *v > 0).unwrap_or(4096)
+    crate::sys::page_size()
 }
 
 pub fn ticks_to_nanos(ticks: u64, per_second: u64) -> u64 {

@@ -78,12 +78,9 @@ impl CpuRates {
         self.lock().retain(|k, _| live.contains(k));
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

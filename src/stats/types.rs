@@ -11,6 +11,7 @@ use serde::{Serialize, Serializer};
 pub struct Time(pub Option<SystemTime>);
 
 impl Time {
+    #[cfg(test)]
     pub fn at(t: SystemTime) -> Self {
         Time(Some(t))
     }
@@ -22,10 +23,6 @@ impl Time {
             .filter(|n| *n > 0)
             .map(|n| Time(Some(UNIX_EPOCH + Duration::from_nanos(n))))
             .unwrap_or_default()
-    }
-
-    pub fn now() -> Self {
-        Time(Some(SystemTime::now()))
     }
 
     /// Seconds since the epoch with fractions, for metrics; None when unknown.

@@ -15,8 +15,8 @@ use tracing::{debug, info, warn};
 
 use super::mirror::{MirrorManager, PodName};
 use super::{StatusEvent, StatusStore};
-use crate::config::{API_SOURCE, CONFIG_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION, annotation};
-use crate::config::{is_mirror_pod, is_static_pod};
+use crate::sources::{API_SOURCE, CONFIG_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION, annotation};
+use crate::sources::{is_mirror_pod, is_static_pod};
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Upstream's status manager resyncs everything this often.

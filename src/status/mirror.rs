@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use tracing::{debug, info, warn};
 
-use crate::config::{CONFIG_HASH_ANNOTATION, CONFIG_MIRROR_ANNOTATION, annotation};
+use crate::sources::{CONFIG_HASH_ANNOTATION, CONFIG_MIRROR_ANNOTATION, annotation};
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -5,7 +5,7 @@ pub mod apiserver;
 mod generate;
 pub mod mirror;
 
-pub use generate::{PodStatusInput, generate_pod_status, pod_phase};
+pub use generate::{PodStatusInput, generate_pod_status};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -157,14 +157,6 @@ impl StatusStore {
                     && uid.is_none_or(|u| m.uid.as_deref() == Some(u))
             })
             .map(Entry::with_status)
-    }
-
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

@@ -19,8 +19,8 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::config::{PodUpdate, pod_full_name};
 use crate::pleg::RuntimePods;
+use crate::sources::{PodUpdate, pod_full_name};
 use worker::{Desired, WorkerContext, WorkerHandle};
 
 const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
@@ -94,7 +94,7 @@ fn uid_of(pod: &Pod) -> String {
 /// A pod the API server already records as Succeeded or Failed is never started again (after
 /// a kubelet restart, say).
 fn finished(pod: &Pod) -> bool {
-    !crate::config::is_static_pod(pod)
+    !crate::sources::is_static_pod(pod)
         && pod
             .status
             .as_ref()
@@ -226,7 +226,7 @@ impl SyncLoop {
         let Some(adm) = &self.admission else {
             return true;
         };
-        if crate::config::is_static_pod(pod) {
+        if crate::sources::is_static_pod(pod) {
             return true;
         }
         let running: Vec<Arc<Pod>> = self

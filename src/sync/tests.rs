@@ -9,11 +9,11 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::{SyncLoop, SyncLoopHealth, SyncLoopInputs};
-use crate::config::PodUpdate;
 use crate::cri::api;
 use crate::pleg::{Pleg, PlegHealth};
 use crate::runtime::labels;
 use crate::runtime::tests::{APP_IMAGE, Harness, pod};
+use crate::sources::PodUpdate;
 use crate::status::StatusStore;
 
 const PLEG_PERIOD: Duration = Duration::from_millis(100);

@@ -50,7 +50,9 @@ impl WorkerHandle {
     ) -> Self {
         let terminating = matches!(desired, Desired::Terminate { .. });
         let full_name = match &desired {
-            Desired::Run(pod) | Desired::Terminate { pod, .. } => crate::config::pod_full_name(pod),
+            Desired::Run(pod) | Desired::Terminate { pod, .. } => {
+                crate::sources::pod_full_name(pod)
+            }
         };
         let (desired_tx, desired_rx) = watch::channel(desired);
         // Capacity 1: pokes coalesce, a pending one is as good as many.

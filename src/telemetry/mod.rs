@@ -14,12 +14,16 @@ use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 
+/// Why logging could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
+    /// `logging.format` is neither text nor json.
     #[error("unsupported logging format {0:?}: supported values: \"json\", \"text\"")]
     UnknownFormat(String),
+    /// The verbosity made a filter tracing rejects.
     #[error("invalid log filter: {0}")]
     Filter(String),
+    /// A global subscriber was set before.
     #[error("logging already initialised: {0}")]
     AlreadyInitialised(String),
 }

@@ -162,7 +162,9 @@ impl Kubelet {
     /// SIGTERM, as systemd would; the kubelet must leave pods running.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let _ = Command::new("kill")
+                .args(["-s", "TERM", &child.id().to_string()])
+                .status();
             let deadline = Instant::now() + Duration::from_secs(15);
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = child.try_wait() {

@@ -11,8 +11,8 @@ use k8s_openapi::api::core::v1::Taint;
 
 use crate::cli::config::{MemoryReservation, VModuleItem};
 use crate::cli::duration::{DurationError, GoDuration, parse_go_duration};
-use crate::cli::quantity::{QuantityError, parse_quantity};
 use crate::names;
+use crate::quantity::{Amount, QuantityError};
 
 /// Why a flag value was refused; the flag and the value are added by
 /// [`super::FlagError::InvalidValue`].
@@ -178,7 +178,7 @@ pub(crate) fn optional_path(v: &str) -> Result<Option<PathBuf>, ValueError> {
 
 /// A quantity, kept as written once it parses.
 pub(crate) fn quantity_text(v: &str) -> Result<String, ValueError> {
-    parse_quantity(v)?;
+    Amount::parse(v)?;
     Ok(v.to_string())
 }
 
@@ -342,7 +342,7 @@ pub(crate) fn reserved_memory(v: &str) -> Result<MemoryReservation, ValueError> 
         let (k, q) = pair
             .split_once('=')
             .ok_or_else(|| ValueError::ReservedLimit(pair.to_string()))?;
-        parse_quantity(q).map_err(|reason| ValueError::ReservedQuantity {
+        Amount::parse(q).map_err(|reason| ValueError::ReservedQuantity {
             quantity: q.to_string(),
             reason,
         })?;

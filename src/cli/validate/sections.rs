@@ -6,7 +6,7 @@ use std::path::{Component, Path};
 
 use super::{Check, parse_cpuset};
 use crate::cli::duration::{GoDuration, parse_go_duration};
-use crate::cli::quantity::parse_quantity;
+use crate::quantity::Amount;
 
 /// Every section, in upstream's order, which is the order problems are listed in.
 pub(super) const SECTIONS: &[fn(&mut Check)] = &[
@@ -603,7 +603,7 @@ fn container_logs(c: &mut Check) {
     if kc.container_log_max_files <= 1 {
         c.bad("containerLogMaxFiles must be greater than 1".into());
     }
-    if let Err(e) = parse_quantity(&kc.container_log_max_size) {
+    if let Err(e) = Amount::parse(&kc.container_log_max_size) {
         c.bad(format!(
             "containerLogMaxSize (--container-log-max-size) {:?}: {e}",
             kc.container_log_max_size
@@ -661,8 +661,8 @@ fn eviction(c: &mut Check) {
                     )),
                 }
             } else {
-                match parse_quantity(value) {
-                    Ok(q) if q >= 0.0 => {}
+                match Amount::parse(value) {
+                    Ok(q) if q >= Amount::ZERO => {}
                     Ok(_) => c.bad(format!(
                         "{field}: eviction threshold {signal} must be positive: {value}"
                     )),
@@ -701,8 +701,8 @@ fn reserved(c: &mut Check) {
         ("kubeReserved (--kube-reserved)", &kc.kube_reserved),
     ] {
         for (res, value) in map {
-            match parse_quantity(value) {
-                Ok(q) if q >= 0.0 => {}
+            match Amount::parse(value) {
+                Ok(q) if q >= Amount::ZERO => {}
                 Ok(_) => c.bad(format!(
                     "{field}: resource quantity for {res:?} must not be negative: {value}"
                 )),

@@ -7,7 +7,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
 
 use super::*;
-use crate::host::{HugePages, MachineFacts};
+use crate::host::MachineFacts;
+use crate::host::facts::HugePages;
 use crate::node::NodeSettings;
 
 const GI: u64 = 1 << 30;

@@ -45,12 +45,9 @@ impl<V: Clone> TtlCache<V> {
         self.insert_at(key, value, ttl, Instant::now());
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.lock().is_empty()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Entry<V>>> {

@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-pub use file::{FileSource, ManifestErrors};
+pub use file::FileSource;
 pub use merge::{PodConfig, PodUpdate, run_pod_config};
 
 /// The pod sources the kubelet configuration turns on.
@@ -97,7 +97,6 @@ pub const CONFIG_MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
 /// Source names as upstream spells them in the config.source annotation.
 pub const FILE_SOURCE: &str = "file";
-pub const HTTP_SOURCE: &str = "http";
 pub const API_SOURCE: &str = "api";
 
 /// The complete set of pods one source wants right now.

@@ -1,50 +1,10 @@
 //! process_* metrics of the kubelet itself, read at scrape time like the Go client's process
-//! collector (same names and help texts, no stability prefix). The few /proc fields needed are
-//! parsed here rather than borrowed from the stats parsers, so metrics depends on nothing else
-//! in the crate.
+//! collector (same names and help texts, no stability prefix).
 
 use std::time::{Duration, UNIX_EPOCH};
 
-use super::text::{Family, Kind, Sample};
-
-/// The fields of /proc/self/stat the collector reports.
-#[derive(Debug, PartialEq, Eq)]
-struct SelfStat {
-    utime_ticks: u64,
-    stime_ticks: u64,
-    /// Clock ticks after boot.
-    start_ticks: u64,
-    vsize_bytes: u64,
-    rss_pages: u64,
-}
-
-/// The command name (field 2) may hold spaces and parentheses, so fields are numbered from
-/// the last ')', after which field 3 (state) comes.
-fn parse_self_stat(text: &str) -> Option<SelfStat> {
-    let (_, after_comm) = text.rsplit_once(')')?;
-    let fields: Vec<&str> = after_comm.split_whitespace().collect();
-    let field = |n: usize| -> Option<u64> { fields.get(n.checked_sub(3)?)?.parse().ok() };
-    Some(SelfStat {
-        utime_ticks: field(14)?,
-        stime_ticks: field(15)?,
-        start_ticks: field(22)?,
-        vsize_bytes: field(23)?,
-        rss_pages: field(24)?,
-    })
-}
-
-/// Boot time in seconds since the epoch, from /proc/stat's `btime` line.
-fn parse_boot_time(proc_stat: &str) -> Option<u64> {
-    let line = proc_stat.lines().find(|l| l.starts_with("btime "))?;
-    line["btime ".len()..].trim().parse().ok()
-}
-
-/// A sysconf value, or `fallback` when the system does not say.
-fn sysconf(name: libc::c_int, fallback: u64) -> u64 {
-    // SAFETY: sysconf only reads a system constant.
-    let v = unsafe { libc::sysconf(name) };
-    u64::try_from(v).ok().filter(|v| *v > 0).unwrap_or(fallback)
-}
+use crate::metrics::text::{Family, Kind, Sample};
+use crate::stats::procfs;
 
 fn gauge(name: &str, help: &str, kind: Kind, v: Option<f64>) -> Option<Family> {
     Some(Family {
@@ -60,21 +20,18 @@ fn open_fds() -> Option<f64> {
 }
 
 fn max_fds() -> Option<f64> {
-    // SAFETY: an all-zero rlimit is valid; getrlimit fills it.
-    let mut r: libc::rlimit = unsafe { std::mem::zeroed() };
-    // SAFETY: `r` is a writable rlimit.
-    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0).then_some(r.rlim_cur as f64)
+    crate::sys::max_open_files().map(|n| n as f64)
 }
 
 /// The families that could be read; a missing /proc file drops only its own metric.
 pub fn families() -> Vec<Family> {
     let stat = std::fs::read_to_string("/proc/self/stat")
         .ok()
-        .and_then(|t| parse_self_stat(&t));
+        .and_then(|t| procfs::proc_stat(&t));
     let boot = std::fs::read_to_string("/proc/stat")
         .ok()
-        .and_then(|t| parse_boot_time(&t));
-    let hz = sysconf(libc::_SC_CLK_TCK, 100) as f64;
+        .and_then(|t| procfs::boot_time(&t));
+    let hz = procfs::clock_ticks() as f64;
     let cpu = stat
         .as_ref()
         .map(|s| (s.utime_ticks + s.stime_ticks) as f64 / hz);
@@ -89,7 +46,7 @@ pub fn families() -> Vec<Family> {
     };
     let rss = stat
         .as_ref()
-        .map(|s| (s.rss_pages * sysconf(libc::_SC_PAGESIZE, 4096)) as f64);
+        .map(|s| (s.rss_pages * procfs::page_size()) as f64);
     [
         gauge(
             "process_cpu_seconds_total",
@@ -141,8 +98,8 @@ mod tests {
     fn self_stat_fields_count_from_the_last_parenthesis() {
         let text = "77 (a (b) c) R 1 77 77 0 -1 4194560 10 0 0 0 31 9 0 0 20 0 4 0 4242 5000 12 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0";
         assert_eq!(
-            parse_self_stat(text),
-            Some(SelfStat {
+            procfs::proc_stat(text),
+            Some(procfs::ProcStat {
                 utime_ticks: 31,
                 stime_ticks: 9,
                 start_ticks: 4242,
@@ -150,13 +107,13 @@ mod tests {
                 rss_pages: 12,
             })
         );
-        assert_eq!(parse_self_stat("77 (short) R 1 2"), None);
-        assert_eq!(parse_self_stat("no parenthesis"), None);
+        assert_eq!(procfs::proc_stat("77 (short) R 1 2"), None);
+        assert_eq!(procfs::proc_stat("no parenthesis"), None);
         assert_eq!(
-            parse_boot_time("cpu  1 2 3 4\nbtime 1700000000\nprocesses 9\n"),
+            procfs::boot_time("cpu  1 2 3 4\nbtime 1700000000\nprocesses 9\n"),
             Some(1_700_000_000)
         );
-        assert_eq!(parse_boot_time("cpu  1 2 3 4\n"), None);
+        assert_eq!(procfs::boot_time("cpu  1 2 3 4\n"), None);
     }
 
     #[test]

@@ -179,6 +179,7 @@ fn add_or_update_toleration(list: &mut Vec<Toleration>, t: Toleration) {
 pub struct ManifestErrors(Arc<Mutex<BTreeMap<PathBuf, String>>>);
 
 impl ManifestErrors {
+    #[cfg(test)]
     pub fn snapshot(&self) -> BTreeMap<PathBuf, String> {
         self.0
             .lock()
@@ -186,6 +187,7 @@ impl ManifestErrors {
             .clone()
     }
 
+    #[cfg(test)]
     pub fn get(&self, path: &Path) -> Option<String> {
         self.0
             .lock()
@@ -542,11 +544,6 @@ impl FileSource {
         }
     }
 
-    /// Last error per manifest file that currently fails to load.
-    pub fn errors(&self) -> ManifestErrors {
-        self.errors.clone()
-    }
-
     pub async fn run(self, tx: mpsc::Sender<SourceUpdate>, cancel: CancellationToken) {
         info!(path = %self.path.display(), "Watching static pod path");
         let sink = Arc::new(EventSink::default());
@@ -647,6 +644,7 @@ async fn wait_pending<T>(pending: &mut Option<(JoinHandle<T>, Instant)>) -> Resu
 }
 
 /// Runs the static-pod file source until `cancel` fires or the receiver goes away.
+#[cfg(test)]
 pub async fn run_file_source(
     path: PathBuf,
     node_name: String,
@@ -681,7 +679,7 @@ mod tests {
         )
     }
 
-    use crate::config::annotation;
+    use crate::sources::annotation;
 
     #[test]
     fn static_defaults() {

@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::pin::pin;
+use std::time::Duration;
 
 use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
@@ -20,6 +21,31 @@ use super::{API_SOURCE, CONFIG_MIRROR_ANNOTATION, SourceUpdate, annotation, pod_
 
 /// Server-side watch timeout; the client read timeout is longer.
 const WATCH_TIMEOUT_SECS: u32 = 290;
+/// Pause before the first retry after an error, doubled up to `RETRY_MAX` while errors go on.
+const RETRY_MIN: Duration = Duration::from_millis(500);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// The retry pacing of the pod source: kube's default adds up to 100 % jitter (retries up to a
+/// minute apart), which would leave a node blind to its pods for that long after an API server
+/// outage; without jitter the first successful retry comes within 30 s.
+#[derive(Debug)]
+struct RetryDelay(Duration);
+
+impl Iterator for RetryDelay {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let delay = self.0;
+        self.0 = (self.0 * 2).min(RETRY_MAX);
+        Some(delay)
+    }
+}
+
+impl kube::runtime::utils::Backoff for RetryDelay {
+    fn reset(&mut self) {
+        self.0 = RETRY_MIN;
+    }
+}
 
 fn wanted(pod: &Pod) -> bool {
     annotation(pod, CONFIG_MIRROR_ANNOTATION).is_none() && !pod_uid(pod).is_empty()
@@ -136,7 +162,8 @@ pub async fn run_api_source(
         .fields(&format!("spec.nodeName={node_name}"))
         .timeout(WATCH_TIMEOUT_SECS);
     info!(node = %node_name, "Watching pods bound to this node");
-    forward(watcher(api, config).default_backoff(), tx, cancel).await;
+    let events = watcher(api, config).backoff(RetryDelay(RETRY_MIN));
+    forward(events, tx, cancel).await;
 }
 
 #[cfg(test)]
@@ -187,6 +214,16 @@ mod tests {
             send |= bound.apply(Event::InitApply(p));
         }
         send | bound.apply(Event::InitDone)
+    }
+
+    #[test]
+    fn retries_double_from_half_a_second_to_thirty_and_reset_after_success() {
+        use kube::runtime::utils::Backoff;
+        let mut d = RetryDelay(RETRY_MIN);
+        let first: Vec<u64> = d.by_ref().take(8).map(|x| x.as_millis() as u64).collect();
+        assert_eq!(first, [500, 1000, 2000, 4000, 8000, 16000, 30000, 30000]);
+        d.reset();
+        assert_eq!(d.next(), Some(RETRY_MIN));
     }
 
     #[test]

@@ -71,11 +71,13 @@ impl PodConfig {
         self.ready.subscribe()
     }
 
+    #[cfg(test)]
     pub fn seen_source(&self, source: &str) -> bool {
         self.seen_sources.contains(source)
     }
 
     /// All pods currently known, across sources.
+    #[cfg(test)]
     pub fn pods(&self) -> Vec<Arc<Pod>> {
         self.pods
             .values()
