@@ -2,11 +2,13 @@
 //! the way upstream's kubelet does (same order of checks, same status codes and messages).
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
+use futures::{Stream, StreamExt};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 
@@ -76,7 +78,20 @@ async fn serve(
         }
     };
     let stream = reader::log_stream(log_path, opts.read_options(Timestamp::now()), running);
-    Ok(text(Body::from_stream(stream)))
+    Ok(text(Body::from_stream(with_held_end(stream))))
+}
+
+/// How long the end of a log body waits after its last bytes. The API server proxies websocket
+/// log requests with a reader that drops a read's bytes when that read also reports the end of
+/// the body (k8s.io/apiserver's wsstream); over HTTP/1.1 a last chunk and the chunked
+/// terminator that arrive together are read exactly so, and `kubectl logs` over websockets saw
+/// nothing. Upstream's Go server flushes each write before it writes the terminator; a pause
+/// after the last chunk (which hyper flushes while the body is pending) does the same here.
+const END_OF_BODY_PAUSE: Duration = Duration::from_millis(5);
+
+fn with_held_end<S: Stream>(stream: S) -> impl Stream<Item = S::Item> {
+    let pause = futures::stream::once(tokio::time::sleep(END_OF_BODY_PAUSE));
+    stream.chain(pause.filter_map(|()| std::future::ready(None)))
 }
 
 fn text(body: Body) -> Response {
@@ -150,6 +165,22 @@ mod tests {
         ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated,
         ContainerStateWaiting, PodStatus,
     };
+
+    /// The body's end comes a pause after its last bytes, never in the same poll.
+    #[tokio::test(start_paused = true)]
+    async fn the_end_of_a_log_body_waits_after_the_last_bytes() {
+        let body = with_held_end(futures::stream::iter([Ok::<_, ()>("a"), Ok("b")]));
+        let mut body = std::pin::pin!(body);
+        assert_eq!(body.next().await, Some(Ok("a")));
+        assert_eq!(body.next().await, Some(Ok("b")));
+        let start = tokio::time::Instant::now();
+        assert!(
+            futures::FutureExt::now_or_never(body.next()).is_none(),
+            "ended at once"
+        );
+        assert_eq!(body.next().await, None);
+        assert!(start.elapsed() >= END_OF_BODY_PAUSE);
+    }
 
     fn pod_with(status: ContainerStatus) -> Pod {
         let mut p = Pod::default();
