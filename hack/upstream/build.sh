@@ -6,6 +6,16 @@
 # Usage: hack/upstream/build.sh [TARGET...]      (default: cmd/kubelet)
 #   e.g. hack/upstream/build.sh cmd/kubelet cmd/kube-apiserver \
 #          cmd/kube-controller-manager cmd/kube-scheduler
+#   the conformance harness: hack/upstream/build.sh test/e2e/e2e.test \
+#          vendor/github.com/onsi/ginkgo/ginkgo test/images/agnhost cmd/kube-proxy cmd/kubelet
+#
+# A TARGET is a package path in the tree; its binary is named after its last element. As in
+# upstream's hack/lib/golang.sh, a target ending in ".test" (test/e2e/e2e.test,
+# test/e2e_node/e2e_node.test) is a test binary, compiled with `go test -c` from its folder.
+# Binaries built without cgo (static): upstream's static list (kube-apiserver,
+# kube-controller-manager, kube-scheduler, kube-proxy, kubeadm, kubectl) and those that go into
+# test images, which have no dynamic loader: everything under test/images/ and
+# vendor/k8s.io/sample-apiserver (e2e/images.sh).
 #
 # Everything lives outside the checkout, under KRS_UPSTREAM_CACHE
 # (default /var/cache/kubelet-rs/upstream):
@@ -172,13 +182,41 @@ if [[ ! -f $GEN_MARK ]]; then
   log "generated_files done in $((SECONDS - start)) s"
 fi
 
+# Succeeds when TARGET must be linked without cgo.
+is_static() {
+  case $1 in
+    # They go into test images (e2e/images.sh) that have no dynamic loader.
+    test/images/* | vendor/k8s.io/sample-apiserver) return 0 ;;
+    cmd/kube-apiserver | cmd/kube-controller-manager | cmd/kube-scheduler) return 0 ;;
+    cmd/kube-proxy | cmd/kubeadm | cmd/kubectl) return 0 ;;
+  esac
+  return 1
+}
+
+# go build -o of a package that is not a command writes an archive, silently: refuse it first.
+for t in "${todo[@]}"; do
+  [[ $(basename "$t") == *.test ]] && continue
+  pkg_name=$(cd "$LINK" && go list -tags selinux,notest -f '{{.Name}}' "k8s.io/kubernetes/$t") ||
+    die "$t: no such package in the tree"
+  [[ $pkg_name == main ]] || die "$t is package $pkg_name, not a command"
+done
+
 for t in "${todo[@]}"; do
   name=$(basename "$t")
-  log "go build $t"
+  cgo=1
+  is_static "$t" && cgo=0
   start=$SECONDS
   # Same tags as upstream's hack/lib/golang.sh; plain go build keeps our GOPATH/GOCACHE.
-  (cd "$LINK" && nice -n 19 go build -tags selinux,notest -trimpath \
-    -ldflags "$ldflags" -o "$BIN_DIR/.$name.tmp" "k8s.io/kubernetes/$t")
+  if [[ $name == *.test ]]; then
+    log "go test -c $(dirname "$t") (CGO_ENABLED=$cgo)"
+    (cd "$LINK" && CGO_ENABLED=$cgo nice -n 19 go test -c -tags selinux,notest -trimpath \
+      -ldflags "$ldflags" -o "$BIN_DIR/.$name.tmp" "k8s.io/kubernetes/$(dirname "$t")")
+  else
+    log "go build $t (CGO_ENABLED=$cgo)"
+    (cd "$LINK" && CGO_ENABLED=$cgo nice -n 19 go build -tags selinux,notest -trimpath \
+      -ldflags "$ldflags" -o "$BIN_DIR/.$name.tmp" "k8s.io/kubernetes/$t")
+  fi
+  [[ -s $BIN_DIR/.$name.tmp ]] || die "$t produced no binary"
   mv -f "$BIN_DIR/.$name.tmp" "$BIN_DIR/$name"
   log "built $BIN_DIR/$name in $((SECONDS - start)) s"
 done
