@@ -10,8 +10,9 @@ set -euo pipefail
 # shellcheck source=hack/testbed/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-NAMESPACE="k8s.io"
-IMAGE_CACHE="$KRS_CACHE_DIR/images"
+# shellcheck source=hack/testbed/image_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/image_lib.sh"
+
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 PAUSE_NAMES=(
@@ -32,87 +33,10 @@ BUSYBOX_NAMES=(
 
 usage() { echo "usage: $0 [INSTANCE]" >&2; }
 
-ctr_() { timeout 120 ctr --address "$KRS_I_SOCK" -n "$NAMESPACE" "$@"; }
-
-sha256_of() { sha256sum "$@" | cut -d' ' -f1; }
-
 # Root folder of the pause image: the static binary alone.
 stage_pause() {
 	local stage="$1" bin="$2"
 	install -m 0755 "$bin" "$stage/pause"
-}
-
-# Root folder of the busybox image: busybox, a link per applet in /bin, root and nobody.
-stage_busybox() {
-	local stage="$1" applet
-	mkdir -p "$stage"/{bin,dev,etc,home,proc,root,sys,tmp,usr,var}
-	chmod 0755 "$stage"/{bin,dev,etc,home,proc,sys,usr,var}
-	chmod 0700 "$stage/root"
-	chmod 1777 "$stage/tmp"
-	install -m 0755 /bin/busybox "$stage/bin/busybox"
-	while read -r applet; do
-		[[ -n "$applet" && "$applet" != busybox && ! -e "$stage/bin/$applet" ]] || continue
-		ln -s busybox "$stage/bin/$applet"
-	done < <(/bin/busybox --list)
-	printf '%s\n' 'root:x:0:0:root:/root:/bin/sh' 'nobody:x:65534:65534:nobody:/home:/bin/false' \
-		>"$stage/etc/passwd"
-	printf '%s\n' 'root:x:0:' 'nobody:x:65534:' >"$stage/etc/group"
-	chmod 0644 "$stage/etc/passwd" "$stage/etc/group"
-}
-
-# build_cached NAME KEY STAGE_FN STAGE_ARG OCI_ARGS...: prints the cached tarball's path,
-# building it first when no tarball exists for KEY.
-build_cached() {
-	local name="$1" key="$2" stage_fn="$3" stage_arg="$4"
-	shift 4
-	local tar="$IMAGE_CACHE/$name-${key:0:16}.tar"
-	if [[ -s "$tar" && -s "$tar.digest" ]]; then
-		printf '%s\n' "$tar"
-		return 0
-	fi
-	krs_log "building image $name"
-	mkdir -p "$IMAGE_CACHE"
-	local stage
-	stage="$(mktemp -d)"
-	# shellcheck disable=SC2064 # expand now: the trap must remove this very folder
-	trap "rm -rf '$stage'; trap - RETURN" RETURN
-	"$stage_fn" "$stage" "$stage_arg"
-	python3 "$HERE/oci_image.py" --root "$stage" --out "$tar" --arch "$(krs_host_arch)" "$@" \
-		>"$tar.digest.tmp"
-	mv "$tar.digest.tmp" "$tar.digest"
-	# Older builds of this image are dead weight now.
-	find "$IMAGE_CACHE" -maxdepth 1 -name "$name-*.tar*" ! -name "$(basename "$tar")*" -delete
-	printf '%s\n' "$tar"
-}
-
-# Succeeds when every NAME exists in containerd and points at DIGEST.
-all_present() {
-	local digest="$1" listing name
-	shift
-	listing="$(ctr_ images ls 2>/dev/null | awk 'NR > 1 { print $1, $3 }')"
-	for name in "$@"; do
-		grep -qxF "$name $digest" <<<"$listing" || return 1
-	done
-}
-
-# import_image TAR NAMES...: imports unless already there, then checks every name.
-import_image() {
-	local tar="$1" digest
-	shift
-	digest="$(<"$tar.digest")"
-	if all_present "$digest" "$@"; then
-		krs_log "present: $* ($digest)"
-		return 0
-	fi
-	krs_log "importing $(basename "$tar")"
-	ctr_ images import --all-platforms "$tar" >/dev/null
-	all_present "$digest" "$@" || krs_die "after import, not every name of $tar points at $digest"
-	krs_log "imported: $* ($digest)"
-}
-
-name_args() {
-	local name
-	for name in "$@"; do printf -- '--name\n%s\n' "$name"; done
 }
 
 main() {
@@ -128,7 +52,7 @@ main() {
 
 	local recipe pause_bin key tar args=()
 	# The recipe: any change to how images are made invalidates every cached tarball.
-	recipe="$(cat "$HERE/oci_image.py" "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1)"
+	recipe="$(krs_image_recipe "${BASH_SOURCE[0]}")"
 
 	pause_bin="$("$HERE/build-pause.sh")"
 	key="$(printf '%s %s\n' "$recipe" "$(sha256_of "$pause_bin")" | sha256sum | cut -d' ' -f1)"

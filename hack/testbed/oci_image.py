@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Usage: oci_image.py --root DIR --out FILE.tar --name REF [--name REF ...]
                     [--entrypoint JSON] [--cmd JSON] [--env K=V ...] [--workdir DIR]
-                    [--arch amd64]
+                    [--user USER] [--arch amd64]
 
 Writes a one-layer OCI image layout, as a tar that `ctr images import` reads, from the folder
 DIR. No docker and no registry involved. The output depends only on the folder's content and
@@ -128,6 +128,7 @@ def main():
     parser.add_argument("--cmd", help='JSON list, e.g. ["sh"]')
     parser.add_argument("--env", action="append", default=[], help="K=V (PATH has a default)")
     parser.add_argument("--workdir", default="/")
+    parser.add_argument("--user", help="the image's user, e.g. 1234 or 1234:1234 (default: root)")
     parser.add_argument("--arch", default="amd64")
     args = parser.parse_args()
 
@@ -147,6 +148,8 @@ def main():
         run_config["Entrypoint"] = entrypoint
     if cmd is not None:
         run_config["Cmd"] = cmd
+    if args.user is not None:
+        run_config["User"] = args.user
 
     config = canonical(
         {

@@ -1,0 +1,94 @@
+# shellcheck shell=bash
+# Helpers to build test images as OCI tarballs (oci_image.py, no docker, no registry) and import
+# them into a test-bed containerd. Sourced after lib.sh and krs_instance_vars, never run.
+# Used by hack/testbed/images.sh (pause, busybox) and e2e/images.sh (the e2e suite's images).
+
+KRS_IMAGE_NAMESPACE="k8s.io"
+KRS_IMAGE_CACHE="$KRS_CACHE_DIR/images"
+KRS_IMAGE_LIB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+ctr_() { timeout 120 ctr --address "$KRS_I_SOCK" -n "$KRS_IMAGE_NAMESPACE" "$@"; }
+
+sha256_of() { sha256sum "$@" | cut -d' ' -f1; }
+
+# krs_image_recipe FILE...: a hash of the files that say how images are made (this library,
+# oci_image.py and the caller's FILEs); any change to them invalidates every cached tarball.
+krs_image_recipe() {
+	cat "$KRS_IMAGE_LIB_DIR/oci_image.py" "$KRS_IMAGE_LIB_DIR/image_lib.sh" "$@" |
+		sha256sum | cut -d' ' -f1
+}
+
+# stage_busybox STAGE: a root folder with busybox, a link per applet in /bin, root and nobody.
+stage_busybox() {
+	local stage="$1" applet
+	mkdir -p "$stage"/{bin,dev,etc,home,proc,root,sys,tmp,usr,var}
+	chmod 0755 "$stage"/{bin,dev,etc,home,proc,sys,usr,var}
+	chmod 0700 "$stage/root"
+	chmod 1777 "$stage/tmp"
+	install -m 0755 /bin/busybox "$stage/bin/busybox"
+	while read -r applet; do
+		[[ -n "$applet" && "$applet" != busybox && ! -e "$stage/bin/$applet" ]] || continue
+		ln -s busybox "$stage/bin/$applet"
+	done < <(/bin/busybox --list)
+	printf '%s\n' 'root:x:0:0:root:/root:/bin/sh' 'nobody:x:65534:65534:nobody:/home:/bin/false' \
+		>"$stage/etc/passwd"
+	printf '%s\n' 'root:x:0:' 'nobody:x:65534:' >"$stage/etc/group"
+	chmod 0644 "$stage/etc/passwd" "$stage/etc/group"
+}
+
+# build_cached NAME KEY STAGE_FN STAGE_ARG OCI_ARGS...: prints the cached tarball's path,
+# building it first when no tarball exists for KEY. STAGE_FN STAGE STAGE_ARG fills the root.
+build_cached() {
+	local name="$1" key="$2" stage_fn="$3" stage_arg="$4"
+	shift 4
+	local tar="$KRS_IMAGE_CACHE/$name-${key:0:16}.tar"
+	if [[ -s "$tar" && -s "$tar.digest" ]]; then
+		printf '%s\n' "$tar"
+		return 0
+	fi
+	krs_log "building image $name"
+	mkdir -p "$KRS_IMAGE_CACHE"
+	local stage
+	stage="$(mktemp -d)"
+	# shellcheck disable=SC2064 # expand now: the trap must remove this very folder
+	trap "rm -rf '$stage'; trap - RETURN" RETURN
+	"$stage_fn" "$stage" "$stage_arg"
+	python3 "$KRS_IMAGE_LIB_DIR/oci_image.py" --root "$stage" --out "$tar" \
+		--arch "$(krs_host_arch)" "$@" >"$tar.digest.tmp"
+	mv "$tar.digest.tmp" "$tar.digest"
+	# Older builds of this image are dead weight now (the key is 16 characters: an image whose
+	# name merely starts with NAME- is not one of them).
+	find "$KRS_IMAGE_CACHE" -maxdepth 1 -name "$name-????????????????.tar*" \
+		! -name "$(basename "$tar")*" -delete
+	printf '%s\n' "$tar"
+}
+
+# Succeeds when every NAME exists in containerd and points at DIGEST.
+all_present() {
+	local digest="$1" listing name
+	shift
+	listing="$(ctr_ images ls 2>/dev/null | awk 'NR > 1 { print $1, $3 }')"
+	for name in "$@"; do
+		grep -qxF "$name $digest" <<<"$listing" || return 1
+	done
+}
+
+# import_image TAR NAMES...: imports unless already there, then checks every name.
+import_image() {
+	local tar="$1" digest
+	shift
+	digest="$(<"$tar.digest")"
+	if all_present "$digest" "$@"; then
+		krs_log "present: $* ($digest)"
+		return 0
+	fi
+	krs_log "importing $(basename "$tar")"
+	ctr_ images import --all-platforms "$tar" >/dev/null
+	all_present "$digest" "$@" || krs_die "after import, not every name of $tar points at $digest"
+	krs_log "imported: $* ($digest)"
+}
+
+name_args() {
+	local name
+	for name in "$@"; do printf -- '--name\n%s\n' "$name"; done
+}
