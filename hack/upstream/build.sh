@@ -7,7 +7,8 @@
 #   e.g. hack/upstream/build.sh cmd/kubelet cmd/kube-apiserver \
 #          cmd/kube-controller-manager cmd/kube-scheduler
 #   the conformance harness: hack/upstream/build.sh test/e2e/e2e.test \
-#          vendor/github.com/onsi/ginkgo/ginkgo test/images/agnhost cmd/kube-proxy cmd/kubelet
+#          vendor/github.com/onsi/ginkgo/ginkgo test/images/agnhost cmd/kube-proxy cmd/kubelet \
+#          cmd/kubectl   (the kubectl specs run `kubectl`: one of the suite's version, not 1.32)
 #
 # A TARGET is a package path in the tree; its binary is named after its last element. As in
 # upstream's hack/lib/golang.sh, a target ending in ".test" (test/e2e/e2e.test,
