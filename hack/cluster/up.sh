@@ -20,6 +20,8 @@
 #                                certificate (default: first word of `hostname -I`)
 #   KRS_CLUSTER_START_TIMEOUT    seconds to wait for each component to become healthy (120)
 #   KRS_CLUSTER_VERBOSITY        klog -v of the components (2)
+#   KRS_CLUSTER_APISERVER_EXTRA_FLAGS  more kube-apiserver flags, separated by blanks (e2e/run.sh
+#                                passes --enable-aggregator-routing=true)
 #
 # Once the apiserver is ready, up.sh creates what kubeadm would for kubelet TLS bootstrap: a
 # bootstrap token (group system:bootstrappers:kubeadm:default-node-token), the bindings that let
@@ -249,6 +251,9 @@ args_kube_apiserver() {
 		--profiling=false
 		--v="$VERBOSITY"
 	)
+	local extra=()
+	read -r -a extra <<<"${KRS_CLUSTER_APISERVER_EXTRA_FLAGS:-}"
+	ARGS+=("${extra[@]}")
 }
 
 # What kube-controller-manager and kube-scheduler share: one kubeconfig for everything, a
