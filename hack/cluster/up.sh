@@ -304,6 +304,13 @@ ensure_component() {
 	local component="$1" pid argsfile="$CL_RUN/$1.args" log="$CL_RUN/$1.log" wanted
 	"args_${component//-/_}"
 	wanted="$(printf '%s\n' "$BIN" "${ARGS[@]}")"
+	# The controller-manager and the scheduler find the apiserver through their kubeconfig, which
+	# names its port: when the port moved (it was taken while the apiserver was down), they must
+	# restart too, or they keep calling the old one.
+	case "$component" in kube-controller-manager | kube-scheduler)
+		wanted+=$'\n'"# apiserver $CL_APISERVER_URL"
+		;;
+	esac
 	if pid="$(cl_running_pid "$component")"; then
 		if [[ "$wanted" == "$(cat "$argsfile" 2>/dev/null)" ]]; then
 			cl_log "$component already running (pid $pid)"
