@@ -3,7 +3,7 @@
 # registry reachable here serves) from Debian bookworm's source package
 # `kubernetes`. They are the reference we compare our kubelet against.
 #
-# Usage: hack/upstream/build.sh [TARGET...]      (default: cmd/kubelet)
+# Usage: hack/upstream/build.sh [--force] [TARGET...]      (default: cmd/kubelet)
 #   e.g. hack/upstream/build.sh cmd/kubelet cmd/kube-apiserver \
 #          cmd/kube-controller-manager cmd/kube-scheduler
 #   the conformance harness: hack/upstream/build.sh test/e2e/e2e.test \
@@ -24,6 +24,14 @@
 #   gopath/  GOPATH with src/k8s.io/kubernetes -> the tree
 #   gocache/ GOCACHE, so rebuilds of other targets reuse compiled packages
 #   bin/     the binaries; a target whose binary is already here is skipped
+# --force rebuilds targets whose binary exists (the new one replaces it only once built).
+#
+# The tree vendors github.com/modern-go/reflect2 v1.0.1, which breaks with Go >= 1.18 (the
+# runtime's map iterator changed): json-iterator's sorted map encoder then faults in
+# runtime.mapiterinit, and kube-apiserver dies ("fatal error: fault") at the first patch of a
+# mutating admission webhook. Builds use reflect2 v1.0.2 instead (Debian's
+# golang-github-modern-go-reflect2-dev), through a `go build -overlay`: the tree is not changed.
+# Binaries built before that fix are rebuilt with --force.
 # Needs root (apt). Runs the compiler at nice 19: the machine is shared.
 set -euo pipefail
 
@@ -40,6 +48,11 @@ die() { log "error: $*"; exit 1; }
 
 [[ $(id -u) -eq 0 ]] || die "must run as root (apt-get, /var/cache)"
 
+force=0
+if [[ ${1:-} == --force ]]; then
+  force=1
+  shift
+fi
 targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=(cmd/kubelet)
 
@@ -51,7 +64,7 @@ flock -w 3600 9 || die "another build holds $CACHE/.lock"
 todo=()
 for t in "${targets[@]}"; do
   t=${t%/}
-  if [[ -x $BIN_DIR/$(basename "$t") ]]; then
+  if [[ $force -eq 0 && -x $BIN_DIR/$(basename "$t") ]]; then
     log "skip $t: $BIN_DIR/$(basename "$t") exists"
   else
     todo+=("$t")
@@ -112,7 +125,7 @@ EOF
   need_update=1
 fi
 
-pkgs=(dpkg-dev golang-go rsync make gcc libc6-dev git)
+pkgs=(dpkg-dev golang-go rsync make gcc libc6-dev git golang-github-modern-go-reflect2-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -183,6 +196,29 @@ if [[ ! -f $GEN_MARK ]]; then
   log "generated_files done in $((SECONDS - start)) s"
 fi
 
+# --- reflect2 v1.0.2 in place of the vendored v1.0.1 (see the header) ---------
+overlay_args=()
+reflect2_vendor=$tree/vendor/github.com/modern-go/reflect2
+reflect2_fixed=/usr/share/gocode/src/github.com/modern-go/reflect2
+if grep -q '^# github.com/modern-go/reflect2 v1\.0\.1' "$tree/vendor/modules.txt" 2>/dev/null; then
+  [[ -f $reflect2_fixed/go_above_118.go ]] ||
+    die "$reflect2_fixed has no go_above_118.go: golang-github-modern-go-reflect2-dev >= 1.0.2 needed"
+  overlay=$CACHE/reflect2-overlay.json
+  python3 - "$LINK/vendor/github.com/modern-go/reflect2" "$reflect2_vendor" "$reflect2_fixed" >"$overlay.tmp" <<'PY'
+import json, os, sys
+link, vendored, fixed = sys.argv[1:]
+src = lambda d: {f for f in os.listdir(d) if f.endswith((".go", ".s"))}
+replace = {}
+for f in src(vendored) | src(fixed):
+    # The package is compiled from the GOPATH path (through the tree's symlink).
+    replace[os.path.join(link, f)] = os.path.join(fixed, f) if f in src(fixed) else ""
+json.dump({"Replace": replace}, sys.stdout, indent=1, sort_keys=True)
+PY
+  mv -f "$overlay.tmp" "$overlay"
+  overlay_args=(-overlay "$overlay")
+  log "reflect2: building with v1.0.2 from $reflect2_fixed (overlay $overlay)"
+fi
+
 # Succeeds when TARGET must be linked without cgo.
 is_static() {
   case $1 in
@@ -210,11 +246,11 @@ for t in "${todo[@]}"; do
   # Same tags as upstream's hack/lib/golang.sh; plain go build keeps our GOPATH/GOCACHE.
   if [[ $name == *.test ]]; then
     log "go test -c $(dirname "$t") (CGO_ENABLED=$cgo)"
-    (cd "$LINK" && CGO_ENABLED=$cgo nice -n 19 go test -c -tags selinux,notest -trimpath \
+    (cd "$LINK" && CGO_ENABLED=$cgo nice -n 19 go test -c -tags selinux,notest -trimpath "${overlay_args[@]}" \
       -ldflags "$ldflags" -o "$BIN_DIR/.$name.tmp" "k8s.io/kubernetes/$(dirname "$t")")
   else
     log "go build $t (CGO_ENABLED=$cgo)"
-    (cd "$LINK" && CGO_ENABLED=$cgo nice -n 19 go build -tags selinux,notest -trimpath \
+    (cd "$LINK" && CGO_ENABLED=$cgo nice -n 19 go build -tags selinux,notest -trimpath "${overlay_args[@]}" \
       -ldflags "$ldflags" -o "$BIN_DIR/.$name.tmp" "k8s.io/kubernetes/$t")
   fi
   [[ -s $BIN_DIR/.$name.tmp ]] || die "$t produced no binary"
