@@ -25,6 +25,8 @@
 #   --artifacts DIR           logs, junit and summaries of this run (default
 #                             /var/tmp/kubelet-rs-e2e/<kubelet>-<suite>, emptied first)
 #   --no-results              do not copy a node-conformance or conformance run to e2e/results/
+#   --hold                    after the suite, keep the bed up until Ctrl-C or SIGTERM (prints
+#                             how to reach it); for looking into failures by hand
 #   --down                    only take down what a killed run left (nodes, network, cluster)
 #
 # What it does: builds what is missing (hack/upstream/build.sh: e2e.test, ginkgo, kubectl,
@@ -67,6 +69,7 @@ NODES=""
 PARALLEL=1
 ARTIFACTS=""
 RESULTS=1
+HOLD=0
 DOWN_ONLY=0
 GINKGO_PID=""
 BED_UP=0
@@ -97,6 +100,10 @@ parse_args() {
 			;;
 		--no-results)
 			RESULTS=0
+			shift
+			;;
+		--hold)
+			HOLD=1
 			shift
 			;;
 		--down)
@@ -640,6 +647,16 @@ summarize() {
 	python3 "$HERE/junit.py" failed "$out/summary.json"
 }
 
+hold() {
+	e2e_log "the bed stays up until Ctrl-C or SIGTERM (pid $$):"
+	e2e_log "  kubectl --kubeconfig $CL_ADMIN_CONF get nodes"
+	e2e_log "  ip netns exec e2e-n1 ...; node logs in $ARTIFACTS/e2e-n*/"
+	while :; do
+		sleep 5 &
+		wait $! || true
+	done
+}
+
 main() {
 	parse_args "$@"
 	[[ "$(id -u)" -eq 0 ]] || e2e_die "must run as root"
@@ -665,6 +682,7 @@ main() {
 	local rc=0
 	run_suite || rc=1
 	summarize || rc=1
+	((HOLD)) && hold
 	return "$rc"
 }
 
