@@ -12,7 +12,10 @@
       Prints the failed specs of a summary; exits 1 if there are any.
   junit.py compare --results DIR --suite S
       Merges DIR/S/ours/junit.xml and DIR/S/upstream/junit.xml (either may be missing) into
-      DIR/S/specs.tsv and DIR/S/specs.md: per spec, the result for each kubelet.
+      DIR/S/specs.tsv and DIR/S/specs.md: per spec, the result for each kubelet and, for each
+      spec ours fails, why: the cause DIR/causes.tsv gives it (hand-kept: a regex on the spec
+      name, the cause, the issue that closes it), else "unclassified" and the failure's first
+      line. The failures are also grouped by cause, largest group first.
   junit.py readme --results DIR
       Rewrites the generated part of DIR/README.md: the summary table of every run found under
       DIR/*/*/summary.json and a per-area comparison for each suite. Text outside the generated
@@ -220,8 +223,36 @@ def failed(args):
     return 1 if t["failed"] else 0
 
 
+def read_causes(path):
+    """[(regex, cause, issue)] from causes.tsv: tab-separated, # comments, first match wins."""
+    causes = []
+    if not os.path.exists(path):
+        return causes
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            line = line.rstrip("\n")
+            if not line.strip() or line.startswith("#"):
+                continue
+            fields = line.split("\t")
+            if len(fields) != 3:
+                sys.exit("%s:%d: want 3 tab-separated fields (regex, cause, issue)" % (path, number))
+            try:
+                causes.append((re.compile(fields[0]), fields[1], fields[2]))
+            except re.error as e:
+                sys.exit("%s:%d: bad regex: %s" % (path, number, e))
+    return causes
+
+
+def cause_of(causes, name):
+    for pattern, cause, issue in causes:
+        if pattern.search(name):
+            return cause, issue
+    return "unclassified", ""
+
+
 def compare(args):
     base = os.path.join(args.results, args.suite)
+    causes = read_causes(os.path.join(args.results, "causes.tsv"))
     results = {}
     for kind in KINDS:
         path = os.path.join(base, kind, "junit.xml")
@@ -232,10 +263,36 @@ def compare(args):
         spec = results[kind].get(name)
         return spec["status"] if spec else "-"
 
+    def why(name):
+        if status("ours", name) != "failed":
+            return "", ""
+        cause, issue = cause_of(causes, name)
+        if cause == "unclassified":
+            cause = "unclassified: " + first_line(results["ours"][name]["message"])
+        return cause, issue
+
     with open(os.path.join(base, "specs.tsv"), "w") as f:
-        f.write("area\tspec\tours\tupstream\n")
+        f.write("area\tspec\tours\tupstream\twhy ours fails\tissue\n")
         for name in names:
-            f.write("%s\t%s\t%s\t%s\n" % (area_of(name), name, status("ours", name), status("upstream", name)))
+            cause, issue = why(name)
+            f.write(
+                "%s\t%s\t%s\t%s\t%s\t%s\n"
+                % (area_of(name), name, status("ours", name), status("upstream", name), cause, issue)
+            )
+
+    groups = {}
+    for name in names:
+        if status("ours", name) == "failed":
+            cause, issue = cause_of(causes, name)
+            group = groups.setdefault((cause, issue), {"specs": 0, "upstream_passes": 0})
+            group["specs"] += 1
+            group["upstream_passes"] += status("upstream", name) == "passed"
+    ordered = sorted(groups.items(), key=lambda kv: (-kv[1]["specs"], kv[0]))
+    with open(os.path.join(base, "groups.json"), "w") as f:
+        json.dump(
+            [dict(cause=c, issue=i, **g) for (c, i), g in ordered], f, indent=1, sort_keys=True
+        )
+        f.write("\n")
 
     pairs = {}
     for name in names:
@@ -253,14 +310,32 @@ def compare(args):
     ]
     for (ours, upstream), n in sorted(pairs.items(), key=lambda kv: -kv[1]):
         out.append("| %s | %s | %d |" % (mark[ours], mark[upstream], n))
-    out += ["", "| area | spec | ours | upstream | ours failed with |", "|---|---|---|---|---|"]
+    if ordered:
+        out += [
+            "",
+            "## Our failures by cause (e2e/results/causes.tsv)",
+            "",
+            "| cause | issue | specs | of which upstream passes |",
+            "|---|---|---:|---:|",
+        ]
+        for (cause, issue), group in ordered:
+            out.append(
+                "| %s | %s | %d | %d |"
+                % (md_escape(cause), issue, group["specs"], group["upstream_passes"])
+            )
+    out += ["", "| area | spec | ours | upstream | why ours fails | issue |", "|---|---|---|---|---|---|"]
     for name in names:
-        message = ""
-        if status("ours", name) == "failed":
-            message = md_escape(first_line(results["ours"][name]["message"]))
+        cause, issue = why(name)
         out.append(
-            "| %s | %s | %s | %s | %s |"
-            % (area_of(name), md_escape(name), mark[status("ours", name)], mark[status("upstream", name)], message)
+            "| %s | %s | %s | %s | %s | %s |"
+            % (
+                area_of(name),
+                md_escape(name),
+                mark[status("ours", name)],
+                mark[status("upstream", name)],
+                md_escape(cause),
+                issue,
+            )
         )
     with open(os.path.join(base, "specs.md"), "w") as f:
         f.write("\n".join(out) + "\n")
@@ -332,6 +407,23 @@ def readme(args):
         for area in areas:
             out.append("| %s | %s | %s |" % (area, cell("ours", area), cell("upstream", area)))
         out.append("")
+        groups_path = os.path.join(args.results, suite, "groups.json")
+        if os.path.exists(groups_path):
+            with open(groups_path) as f:
+                groups = json.load(f)[:5]
+            if groups:
+                out += [
+                    "The largest groups of our failures, by cause:",
+                    "",
+                    "| cause | issue | specs | of which upstream passes |",
+                    "|---|---|---:|---:|",
+                ]
+                for group in groups:
+                    out.append(
+                        "| %s | %s | %d | %d |"
+                        % (md_escape(group["cause"]), group["issue"], group["specs"], group["upstream_passes"])
+                    )
+                out.append("")
         out.append("Spec by spec: [%s/specs.md](%s/specs.md)." % (suite, suite))
     out += ["", END]
     path = os.path.join(args.results, "README.md")

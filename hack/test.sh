@@ -9,6 +9,9 @@
 # Also starts the test control plane (hack/cluster/up.sh, building it on first use).
 # containerd and the control plane are stopped at the end unless KRS_KEEP_CONTAINERD=1 /
 # KRS_KEEP_CLUSTER=1 or they were running already.
+# When cargo test passes, runs the quick upstream e2e subset against the kubelet just built
+# (e2e/run.sh --suite quick: [NodeConformance] specs that pass today, on a bed of its own that
+# it takes down again; about 5 minutes). KRS_E2E_QUICK=0 leaves it out.
 # Exit status: the first failing step's, else cargo test's.
 set -euo pipefail
 
@@ -73,6 +76,11 @@ main() {
 	log "cargo test"
 	local status=0
 	cargo test --all-targets "$@" || status=$?
+	if [[ "$status" == 0 && "${KRS_E2E_QUICK:-1}" != 0 ]]; then
+		log "upstream e2e, quick subset (e2e/run.sh --suite quick)"
+		KRS_E2E_KUBELET="$CARGO_TARGET_DIR/debug/kubelet" \
+			"$REPO_ROOT/e2e/run.sh" --kubelet ours --suite quick --parallel 3 --no-results || status=$?
+	fi
 	return "$status"
 }
 
