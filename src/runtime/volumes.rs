@@ -4,6 +4,7 @@
 //! mounts.
 
 use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Container, Pod, Volume};
@@ -148,6 +149,10 @@ fn mount_tmpfs(path: &Path) -> Result<(), VolumeError> {
     })
 }
 
+/// An emptyDir is open to every user (0777, as upstream makes it, whatever the umask): a
+/// container running as a non-root user must be able to write to it.
+const EMPTY_DIR_MODE: u32 = 0o777;
+
 fn prepare_empty_dir(pod_dir: &Path, v: &Volume) -> Result<PathBuf, VolumeError> {
     let dir = empty_dir_path(pod_dir, &v.name);
     std::fs::create_dir_all(&dir).map_err(io(&dir))?;
@@ -159,6 +164,9 @@ fn prepare_empty_dir(pod_dir: &Path, v: &Volume) -> Result<PathBuf, VolumeError>
     if memory {
         mount_tmpfs(&dir)?;
     }
+    // After the mount: the mode that counts is the tmpfs root's, not the folder's beneath it.
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(EMPTY_DIR_MODE))
+        .map_err(io(&dir))?;
     Ok(dir)
 }
 
@@ -169,7 +177,6 @@ fn prepare_api_volume(
     v: &Volume,
     files: &[FileEntry],
 ) -> Result<PathBuf, VolumeError> {
-    use std::os::unix::fs::PermissionsExt;
     let kind = if v.secret.is_some() {
         "kubernetes.io~secret"
     } else if v.config_map.is_some() {
@@ -282,6 +289,9 @@ pub fn container_mounts(
         std::fs::create_dir_all(&dir).map_err(io(&dir))?;
         let file = dir.join(format!("{restart_count:08x}"));
         std::fs::write(&file, b"").map_err(io(&file))?;
+        // Writable by any user, as upstream makes it: the container may run as non-root.
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666))
+            .map_err(io(&file))?;
         mounts.push(api::Mount {
             container_path: target.to_string(),
             host_path: file.to_string_lossy().into_owned(),
@@ -503,10 +513,29 @@ mod tests {
         assert_eq!(mounts.len(), 3);
         assert!(host.is_dir(), "DirectoryOrCreate did not create the folder");
         assert_eq!(mounts[0].host_path, host.to_string_lossy());
-        let scratch = empty_dir_path(&paths::pod_dir(root.path(), "u1"), "scratch").join("x/y");
+        let scratch_root = empty_dir_path(&paths::pod_dir(root.path(), "u1"), "scratch");
+        let scratch = scratch_root.join("x/y");
         assert!(scratch.is_dir());
+        let mode = std::fs::metadata(&scratch_root)
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(
+            mode & 0o7777,
+            0o777,
+            "an emptyDir is writable by every user"
+        );
         assert_eq!(mounts[2].container_path, "/dev/termination-log");
         assert!(mounts[2].host_path.ends_with("containers/c/00000003"));
+        let mode = std::fs::metadata(&mounts[2].host_path)
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(
+            mode & 0o777,
+            0o666,
+            "any user may write the termination message"
+        );
         remove_pod_dir(root.path(), "u1").unwrap();
         assert!(!paths::pod_dir(root.path(), "u1").exists());
         assert!(host.is_dir(), "hostPath data must survive pod removal");
