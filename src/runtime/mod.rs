@@ -7,6 +7,7 @@ pub mod backoff;
 pub mod container;
 pub mod dns;
 pub mod env;
+pub mod env_sources;
 pub mod images;
 pub mod labels;
 mod metrics;
@@ -353,6 +354,11 @@ impl RuntimeManager {
             } else {
                 services::fetch_service_env(self.client.as_ref(), pod).await
             },
+            env_objects: if actions.start.is_empty() {
+                env_sources::EnvObjects::default()
+            } else {
+                env_sources::fetch(self.client.as_ref(), pod).await
+            },
         };
         let sandbox_config = self.sandbox_config(pod, actions.sandbox_attempt)?;
         for start in &actions.start {
@@ -581,6 +587,14 @@ impl RuntimeManager {
             .as_ref()
             .map(qos_class)
             .unwrap_or(QosClass::BestEffort);
+        for skipped in env::skipped_env_from_keys(container, facts) {
+            self.events.pod(
+                pod,
+                EventType::Warning,
+                "InvalidEnvironmentVariableNames",
+                &skipped.message,
+            );
+        }
         let config = container::container_config(
             pod,
             container,
@@ -823,7 +837,6 @@ pub fn unsupported_features(pod: &Pod) -> Vec<&'static str> {
         "startupProbe",
     );
     note(all.iter().any(|c| c.lifecycle.is_some()), "lifecycle hooks");
-    note(all.iter().any(|c| c.env_from.is_some()), "envFrom");
     note(
         spec.active_deadline_seconds.is_some(),
         "activeDeadlineSeconds",

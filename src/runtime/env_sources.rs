@@ -1,0 +1,229 @@
+//! The configMaps and secrets a pod's environment reads (`configMapKeyRef`, `secretKeyRef`,
+//! `envFrom`), fetched from the API server before its containers are created. The Node
+//! authorizer lets a kubelet read those of the pods bound to it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret};
+use kube::api::Api;
+
+const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why the objects could not be read; the container waits in `CreateContainerConfigError`
+/// and the next sync tries again.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvSourceError {
+    #[error("couldn't get {kind} {namespace}/{name}: {reason}")]
+    Get {
+        kind: &'static str,
+        namespace: String,
+        name: String,
+        reason: String,
+    },
+}
+
+/// The string data of each object a pod's env names; `None` where the object does not exist.
+/// `available` is false when there is no API server to ask (standalone mode).
+#[derive(Debug, Clone, Default)]
+pub struct EnvObjects {
+    pub available: bool,
+    /// Why reading them failed this time, if it did: every container that needs them waits.
+    pub error: Option<String>,
+    pub namespace: String,
+    pub config_maps: HashMap<String, Option<BTreeMap<String, String>>>,
+    pub secrets: HashMap<String, Option<BTreeMap<String, String>>>,
+}
+
+fn containers(pod: &Pod) -> impl Iterator<Item = &Container> {
+    pod.spec.iter().flat_map(|s| {
+        s.init_containers
+            .iter()
+            .flatten()
+            .chain(s.containers.iter())
+    })
+}
+
+/// The configMap and secret names the pod's env refers to.
+pub fn referenced(pod: &Pod) -> (BTreeSet<String>, BTreeSet<String>) {
+    let (mut config_maps, mut secrets) = (BTreeSet::new(), BTreeSet::new());
+    for c in containers(pod) {
+        for from in c.env_from.iter().flatten() {
+            if let Some(r) = &from.config_map_ref {
+                config_maps.insert(r.name.clone());
+            }
+            if let Some(r) = &from.secret_ref {
+                secrets.insert(r.name.clone());
+            }
+        }
+        for var in c.env.iter().flatten() {
+            let Some(from) = &var.value_from else {
+                continue;
+            };
+            if let Some(r) = &from.config_map_key_ref {
+                config_maps.insert(r.name.clone());
+            }
+            if let Some(r) = &from.secret_key_ref {
+                secrets.insert(r.name.clone());
+            }
+        }
+    }
+    (config_maps, secrets)
+}
+
+async fn get<K>(
+    api: Api<K>,
+    kind: &'static str,
+    ns: &str,
+    name: &str,
+) -> Result<Option<K>, EnvSourceError>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let failed = |reason: String| EnvSourceError::Get {
+        kind,
+        namespace: ns.to_string(),
+        name: name.to_string(),
+        reason,
+    };
+    match tokio::time::timeout(FETCH_TIMEOUT, api.get_opt(name)).await {
+        Ok(Ok(found)) => Ok(found),
+        Ok(Err(e)) => Err(failed(e.to_string())),
+        Err(_) => Err(failed(format!("timed out after {FETCH_TIMEOUT:?}"))),
+    }
+}
+
+/// Secret values are bytes; the environment gets them as text, as upstream does.
+fn secret_strings(secret: Secret) -> BTreeMap<String, String> {
+    secret
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+        .collect()
+}
+
+/// Reads every object the pod's env names (nothing when it names none); a failure is kept in
+/// `error` for the containers that need the objects.
+pub async fn fetch(client: Option<&kube::Client>, pod: &Pod) -> EnvObjects {
+    let namespace = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    match try_fetch(client, pod).await {
+        Ok(objects) => objects,
+        Err(e) => EnvObjects {
+            available: true,
+            error: Some(e.to_string()),
+            namespace,
+            ..Default::default()
+        },
+    }
+}
+
+async fn try_fetch(client: Option<&kube::Client>, pod: &Pod) -> Result<EnvObjects, EnvSourceError> {
+    let namespace = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let Some(client) = client else {
+        return Ok(EnvObjects {
+            namespace,
+            ..Default::default()
+        });
+    };
+    let (config_map_names, secret_names) = referenced(pod);
+    let mut objects = EnvObjects {
+        available: true,
+        namespace: namespace.clone(),
+        ..Default::default()
+    };
+    for name in config_map_names {
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
+        let found = get(api, "configMap", &namespace, &name).await?;
+        objects
+            .config_maps
+            .insert(name, found.map(|cm| cm.data.unwrap_or_default()));
+    }
+    for name in secret_names {
+        let api: Api<Secret> = Api::namespaced(client.clone(), &namespace);
+        let found = get(api, "secret", &namespace, &name).await?;
+        objects.secrets.insert(name, found.map(secret_strings));
+    }
+    Ok(objects)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        ConfigMapEnvSource, ConfigMapKeySelector, EnvFromSource, EnvVar, EnvVarSource, PodSpec,
+        SecretKeySelector,
+    };
+
+    #[test]
+    fn names_come_from_env_and_env_from_of_every_container() {
+        let pod = Pod {
+            spec: Some(PodSpec {
+                init_containers: Some(vec![Container {
+                    name: "init".into(),
+                    env_from: Some(vec![EnvFromSource {
+                        config_map_ref: Some(ConfigMapEnvSource {
+                            name: "cm-a".into(),
+                            optional: None,
+                        }),
+                        ..Default::default()
+                    }]),
+                    ..Default::default()
+                }]),
+                containers: vec![Container {
+                    name: "app".into(),
+                    env: Some(vec![
+                        EnvVar {
+                            name: "X".into(),
+                            value_from: Some(EnvVarSource {
+                                config_map_key_ref: Some(ConfigMapKeySelector {
+                                    name: "cm-b".into(),
+                                    key: "k".into(),
+                                    optional: None,
+                                }),
+                                ..Default::default()
+                            }),
+                            ..Default::default()
+                        },
+                        EnvVar {
+                            name: "Y".into(),
+                            value_from: Some(EnvVarSource {
+                                secret_key_ref: Some(SecretKeySelector {
+                                    name: "s".into(),
+                                    key: "k".into(),
+                                    optional: None,
+                                }),
+                                ..Default::default()
+                            }),
+                            ..Default::default()
+                        },
+                    ]),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let (cms, secrets) = referenced(&pod);
+        assert_eq!(cms.into_iter().collect::<Vec<_>>(), ["cm-a", "cm-b"]);
+        assert_eq!(secrets.into_iter().collect::<Vec<_>>(), ["s"]);
+    }
+
+    #[test]
+    fn secret_bytes_become_text() {
+        use k8s_openapi::ByteString;
+        let secret = Secret {
+            data: Some([("a".to_string(), ByteString(b"value-1".to_vec()))].into()),
+            ..Default::default()
+        };
+        assert_eq!(secret_strings(secret)["a"], "value-1");
+    }
+}
