@@ -21,24 +21,44 @@
 #     Go code in the test process that looks up or dials the internet, and that must fail
 #     here, locally. It reaches the apiserver as the nodes do.
 #
+# Two beds can run at once (KRS_E2E_BED=1, the default, or 2: e2e/run.sh --bed): bed 2 has the
+# same shape with other names and addresses (cluster, namespaces and nodes e2e2-*, links
+# 10.90.<i>.*, pod subnets 10.88.<240+i>.0/24, chains KRS-E2E2-*), so ours and upstream's
+# kubelet can be measured side by side.
+#
 # Both nodes are namespaces of their own, the first one too: kube-proxy's rules then live in the
 # node's namespace (the machine's other clusters use the same service CIDR and must not see
 # them), and each node has the default kubelet ports to itself.
 
 KRS_E2E_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 KRS_E2E_REPO="$(cd "$KRS_E2E_ROOT/.." && pwd)"
-KRS_E2E_CLUSTER="e2e"
+KRS_E2E_BED="${KRS_E2E_BED:-1}"
+[[ "$KRS_E2E_BED" == 1 || "$KRS_E2E_BED" == 2 ]] || {
+	echo "e2e: KRS_E2E_BED (--bed) must be 1 or 2" >&2
+	exit 2
+}
+export KRS_E2E_BED
+# e2e for bed 1, e2e2 for bed 2: the cluster's name and the prefix of everything else.
+if [[ "$KRS_E2E_BED" == 1 ]]; then KRS_E2E_NAME="e2e"; else KRS_E2E_NAME="e2e$KRS_E2E_BED"; fi
+KRS_E2E_CLUSTER="$KRS_E2E_NAME"
+# The links' first two octets (10.89, 10.90) and the base of the pod subnets' third (230, 240).
+KRS_E2E_LINK_BASE="10.$((88 + KRS_E2E_BED))"
+KRS_E2E_NET_BASE="$((230 + 10 * (KRS_E2E_BED - 1)))"
+KRS_E2E_RUN_STATE="/run/kubelet-rs/$KRS_E2E_NAME-run"
+KRS_E2E_LOCK="/run/kubelet-rs/$KRS_E2E_NAME-run.lock"
 KRS_E2E_UPSTREAM_BIN="${KRS_UPSTREAM_CACHE:-/var/cache/kubelet-rs/upstream}/bin"
 # Host-side interface prefix of the nodes' veths; iptables matches them with "krs-e2e-+".
-KRS_E2E_VETH_PREFIX="krs-e2e-"
-KRS_E2E_LINK_NET="10.89.0.0/16"
-# Covers every node's pod subnet (10.88.231.0/24, 10.88.232.0/24): kube-proxy's --cluster-cidr.
-KRS_E2E_CLUSTER_CIDR="10.88.224.0/19"
+KRS_E2E_VETH_PREFIX="krs-$KRS_E2E_NAME-"
+KRS_E2E_LINK_NET="$KRS_E2E_LINK_BASE.0.0/16"
+# Covers every node's pod subnet of this bed (10.88.231.0/24 and 10.88.232.0/24 in bed 1) and
+# none of the other bed's: kube-proxy's --cluster-cidr.
+KRS_E2E_CLUSTER_CIDR="10.88.$((224 + 16 * (KRS_E2E_BED - 1))).0/20"
 KRS_E2E_CLUSTER_DNS="10.96.0.10"
 # The iptables chains of the host side (filter: FORWARD and INPUT; nat: PREROUTING).
-KRS_E2E_CHAIN_FWD="KRS-E2E-FORWARD"
-KRS_E2E_CHAIN_IN="KRS-E2E-INPUT"
-KRS_E2E_CHAIN_DNAT="KRS-E2E-DNAT"
+KRS_E2E_CHAIN_PREFIX="KRS-${KRS_E2E_NAME^^}-"
+KRS_E2E_CHAIN_FWD="${KRS_E2E_CHAIN_PREFIX}FORWARD"
+KRS_E2E_CHAIN_IN="${KRS_E2E_CHAIN_PREFIX}INPUT"
+KRS_E2E_CHAIN_DNAT="${KRS_E2E_CHAIN_PREFIX}DNAT"
 # The sysctls a kubelet or kube-proxy writes that are not per network namespace: each node gets
 # private copies (plain files bound over them in its mount namespace).
 KRS_E2E_SYSCTLS=(vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops
@@ -50,24 +70,35 @@ e2e_die() {
 	exit 1
 }
 
-KRS_E2E_CLIENT_NETNS="e2e-client"
+KRS_E2E_CLIENT_NETNS="$KRS_E2E_NAME-client"
 KRS_E2E_CLIENT_VETH="${KRS_E2E_VETH_PREFIX}0"
+
+# Names and addresses of link or node I of this bed (0 is the test client's link).
+e2e_node_name() { printf '%s-n%d\n' "$KRS_E2E_NAME" "$1"; }
+# e2e_link_ip I END: END 1 is the machine's side of link I, 2 the namespace's.
+e2e_link_ip() { printf '%s.%d.%d\n' "$KRS_E2E_LINK_BASE" "$1" "$2"; }
+e2e_pod_subnet() { printf '10.88.%d.0/24\n' "$((KRS_E2E_NET_BASE + $1))"; }
+# e2e_hosts_lines NODES: the /etc/hosts lines of the bed's nodes.
+e2e_hosts_lines() {
+	local j
+	for ((j = 1; j <= $1; j++)); do printf '%s %s\n' "$(e2e_link_ip "$j" 2)" "$(e2e_node_name "$j")"; done
+}
 
 # e2e_node_vars I: sets the N_* variables of node I.
 e2e_node_vars() {
 	local i="$1"
 	N_INDEX="$i"
-	N_NAME="e2e-n$i"
-	N_NETNS="e2e-n$i"
-	N_INSTANCE="e2e-n$i"
+	N_NAME="$(e2e_node_name "$i")"
+	N_NETNS="$N_NAME"
+	N_INSTANCE="$N_NAME"
 	N_VETH_HOST="$KRS_E2E_VETH_PREFIX$i"
-	N_HOST_IP="10.89.$i.1"
-	N_IP="10.89.$i.2"
-	N_NET_INDEX="$((230 + i))"
-	N_POD_SUBNET="10.88.$N_NET_INDEX.0/24"
-	N_DIR="/var/lib/kubelet-rs/e2e-n$i"
+	N_HOST_IP="$(e2e_link_ip "$i" 1)"
+	N_IP="$(e2e_link_ip "$i" 2)"
+	N_NET_INDEX="$((KRS_E2E_NET_BASE + i))"
+	N_POD_SUBNET="$(e2e_pod_subnet "$i")"
+	N_DIR="/var/lib/kubelet-rs/$N_NAME"
 	N_ROOT_DIR="$N_DIR/kubelet"
-	N_CGROUP="kubelet-rs-e2e-n$i"
+	N_CGROUP="kubelet-rs-$N_NAME"
 	N_READY="$N_DIR/ready"
 	N_DIED="$N_DIR/died"
 }

@@ -57,9 +57,7 @@ privatize() {
 	{
 		cat /etc/hosts
 		printf '\n# kubelet-rs e2e nodes\n'
-		for ((j = 1; j <= E2E_NODES; j++)); do
-			printf '10.89.%d.2 e2e-n%d\n' "$j" "$j"
-		done
+		e2e_hosts_lines "$E2E_NODES"
 	} >"$priv/hosts"
 	mount --bind "$priv/hosts" /etc/hosts
 	printf '# kubelet-rs e2e node: no DNS server here\nnameserver 127.0.0.1\n' >"$priv/resolv.conf"
@@ -76,7 +74,7 @@ allow_node_traffic() {
 	local j rules=()
 	rules+=("-d $KRS_E2E_LINK_NET")
 	for ((j = 1; j <= E2E_NODES; j++)); do
-		((j == N_INDEX)) || rules+=("-d 10.88.$((230 + j)).0/24")
+		((j == N_INDEX)) || rules+=("-d $(e2e_pod_subnet "$j")")
 	done
 	rules+=("-d $E2E_MACHINE_IP/32 -p tcp --dport $E2E_APISERVER_PORT")
 	local r

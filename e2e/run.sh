@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Usage: e2e/run.sh --kubelet ours|upstream --suite SUITE [--nodes 1|2] [--parallel N]
-#                   [--artifacts DIR] [--no-results]
-#        e2e/run.sh --down
+#                   [--artifacts DIR] [--no-results] [--bed 1|2]
+#        e2e/run.sh --down [--bed 1|2]
 #
 # Runs the upstream v1.20.2 e2e suite (e2e.test with ginkgo) against our kubelet or the upstream
 # kubelet v1.20.2, on this machine, from nothing, and leaves the machine as it found it.
@@ -28,6 +28,9 @@
 #   --hold                    after the suite, keep the bed up until Ctrl-C or SIGTERM (prints
 #                             how to reach it); for looking into failures by hand
 #   --down                    only take down what a killed run left (nodes, network, cluster)
+#   --bed 1|2                 which of two beds (default 1): bed 2 has other names and
+#                             addresses (e2e/lib.sh), so two runs can go at once, e.g. ours and
+#                             upstream's side by side; its artifacts folder ends in -bed2
 #
 # What it does: builds what is missing (hack/upstream/build.sh: e2e.test, ginkgo, kubectl,
 # kube-proxy, the upstream kubelet, the control plane; our kubelet with cargo; the test images
@@ -51,13 +54,24 @@ set -euo pipefail
 
 SELF="$(readlink -f "${BASH_SOURCE[0]}")"
 HERE="$(dirname "$SELF")"
+# lib.sh derives every name and address from the bed: find --bed before sourcing it.
+for ((arg = 1; arg <= $#; arg++)); do
+	case "${!arg}" in
+	--bed=*) KRS_E2E_BED="${!arg#--bed=}" ;;
+	--bed)
+		next=$((arg + 1))
+		KRS_E2E_BED="${!next:-}"
+		;;
+	esac
+done
+unset arg next
 # shellcheck source=e2e/lib.sh
 source "$HERE/lib.sh"
 # shellcheck source=hack/cluster/lib.sh
 source "$KRS_E2E_REPO/hack/cluster/lib.sh"
 
 BIN="$KRS_E2E_UPSTREAM_BIN"
-RUN_STATE="/run/kubelet-rs/e2e-run"
+RUN_STATE="$KRS_E2E_RUN_STATE"
 NODE_TIMEOUT_S=600
 TAGS_NODE_CONFORMANCE='\[Flaky\]|\[Slow\]|\[Serial\]|\[Disruptive\]'
 TAGS_CONFORMANCE='\[Disruptive\]|\[Flaky\]'
@@ -79,7 +93,7 @@ usage() { sed -n '2,/^set -euo/p' "$SELF" | sed '$d; s/^# \{0,1\}//'; }
 parse_args() {
 	while [[ $# -gt 0 ]]; do
 		case "$1" in
-		--kubelet | --suite | --nodes | --parallel | --artifacts)
+		--kubelet | --suite | --nodes | --parallel | --artifacts | --bed)
 			[[ $# -ge 2 ]] || {
 				usage >&2
 				exit 2
@@ -90,10 +104,11 @@ parse_args() {
 			--nodes) NODES="$2" ;;
 			--parallel) PARALLEL="$2" ;;
 			--artifacts) ARTIFACTS="$2" ;;
+			--bed) ;; # read before lib.sh was sourced
 			esac
 			shift 2
 			;;
-		--kubelet=* | --suite=* | --nodes=* | --parallel=* | --artifacts=*)
+		--kubelet=* | --suite=* | --nodes=* | --parallel=* | --artifacts=* | --bed=*)
 			local key="${1%%=*}" value="${1#*=}"
 			shift
 			set -- "$key" "$value" "$@"
@@ -137,7 +152,9 @@ parse_args() {
 	[[ "$NODES" =~ ^[12]$ ]] || e2e_die "--nodes must be 1 or 2"
 	[[ "$PARALLEL" =~ ^[1-9][0-9]?$ ]] || e2e_die "--parallel must be a number from 1 to 99"
 	local label="${SUITE%%:*}"
-	ARTIFACTS="${ARTIFACTS:-/var/tmp/kubelet-rs-e2e/$KIND-$label}"
+	local bed=""
+	[[ "$KRS_E2E_BED" == 1 ]] || bed="-bed$KRS_E2E_BED"
+	ARTIFACTS="${ARTIFACTS:-/var/tmp/kubelet-rs-e2e/$KIND-$label$bed}"
 }
 
 # --- what the suite runs ---------------------------------------------------------------------
@@ -270,24 +287,25 @@ check_addresses_free() {
 		e2e_die "netns $KRS_E2E_CLIENT_NETNS exists: run e2e/run.sh --down"
 }
 
-# link_up NETNS HOST_VETH I: a veth pair between the machine (HOST_VETH, 10.89.I.1) and NETNS
-# (eth0, 10.89.I.2), and NETNS's routes: to the other links, the machine's address and every
+# link_up NETNS HOST_VETH I: a veth pair between the machine (HOST_VETH, 10.89.I.1 in bed 1)
+# and NETNS (eth0, 10.89.I.2), and NETNS's routes: to the other links, the machine's address and every
 # node's pod subnet but its own; no default route.
 link_up() {
-	local netns="$1" veth="$2" i="$3" j
+	local netns="$1" veth="$2" i="$3" j host_ip
+	host_ip="$(e2e_link_ip "$i" 1)"
 	ip netns add "$netns"
 	ip link add "$veth" type veth peer name eth0 netns "$netns"
-	ip addr add "10.89.$i.1/24" dev "$veth"
+	ip addr add "$host_ip/24" dev "$veth"
 	ip link set "$veth" up
 	# DNAT to 127.0.0.1 of what arrives on this veth (the apiserver); this interface only.
 	echo 1 >"/proc/sys/net/ipv4/conf/$veth/route_localnet"
 	ip -n "$netns" link set lo up
-	ip -n "$netns" addr add "10.89.$i.2/24" dev eth0
+	ip -n "$netns" addr add "$(e2e_link_ip "$i" 2)/24" dev eth0
 	ip -n "$netns" link set eth0 up
-	ip -n "$netns" route add "$KRS_E2E_LINK_NET" via "10.89.$i.1"
-	ip -n "$netns" route add "$MACHINE_IP/32" via "10.89.$i.1"
+	ip -n "$netns" route add "$KRS_E2E_LINK_NET" via "$host_ip"
+	ip -n "$netns" route add "$MACHINE_IP/32" via "$host_ip"
 	for ((j = 1; j <= NODES; j++)); do
-		((j == i)) || ip -n "$netns" route add "10.88.$((230 + j)).0/24" via "10.89.$i.1"
+		((j == i)) || ip -n "$netns" route add "$(e2e_pod_subnet "$j")" via "$host_ip"
 	done
 }
 
@@ -308,7 +326,7 @@ client_up() {
 	{
 		cat /etc/hosts
 		printf '\n# kubelet-rs e2e nodes\n'
-		for ((j = 1; j <= NODES; j++)); do printf '10.89.%d.2 e2e-n%d\n' "$j" "$j"; done
+		e2e_hosts_lines "$NODES"
 	} >"$dir/hosts"
 }
 
@@ -463,15 +481,40 @@ bed_down() {
 	if [[ "$(state cluster-started)" == 1 || -d "/var/lib/kubelet-rs/cluster/$KRS_E2E_CLUSTER" ]]; then
 		"$KRS_E2E_REPO/hack/cluster/down.sh" --purge "$KRS_E2E_CLUSTER" 2>&1 | sed 's/^/  /' >&2
 	fi
-	if [[ "$(state blackhole-added)" == 1 ]]; then
-		ip route del blackhole "$KRS_CL_SERVICE_CIDR" 2>/dev/null
-	fi
-	if [[ "$(state ip-forward-was)" == 0 ]]; then
-		echo 0 >/proc/sys/net/ipv4/ip_forward
+	# The blackhole route and ip_forward are the machine's, shared with a bed still running: that
+	# bed then puts them back when it ends.
+	local other
+	other="$(other_bed_state)"
+	if [[ -n "$other" ]]; then
+		local f
+		for f in blackhole-added ip-forward-was; do
+			[[ -n "$(state "$f")" && ! -e "$other/$f" ]] && cp "$RUN_STATE/$f" "$other/$f"
+		done
+	else
+		if [[ "$(state blackhole-added)" == 1 ]]; then
+			ip route del blackhole "$KRS_CL_SERVICE_CIDR" 2>/dev/null
+		fi
+		if [[ "$(state ip-forward-was)" == 0 ]]; then
+			echo 0 >/proc/sys/net/ipv4/ip_forward
+		fi
 	fi
 	rm -rf "$RUN_STATE"
 	verify_clean
 	set -e
+}
+
+# The state folder of the other bed, if a run holds it now (its lock is taken).
+other_bed_state() {
+	local dir lock
+	for dir in /run/kubelet-rs/e2e*-run; do
+		[[ -d "$dir" && "$dir" != "$RUN_STATE" ]] || continue
+		lock="$dir.lock"
+		[[ -e "$lock" ]] || continue
+		if ! flock -n "$lock" true 2>/dev/null; then
+			printf '%s\n' "$dir"
+			return
+		fi
+	done
 }
 
 # The control plane's logs go with its purge: keep a copy with the run's.
@@ -517,8 +560,8 @@ verify_clean() {
 	done
 	ip netns list | grep -qw "$KRS_E2E_CLIENT_NETNS" && left+=("netns $KRS_E2E_CLIENT_NETNS")
 	ip link show "$KRS_E2E_CLIENT_VETH" >/dev/null 2>&1 && left+=("link $KRS_E2E_CLIENT_VETH")
-	iptables -w 5 -S | grep -q 'KRS-E2E' && left+=("iptables filter rules")
-	iptables -w 5 -t nat -S | grep -q 'KRS-E2E' && left+=("iptables nat rules")
+	iptables -w 5 -S | grep -qF -- "$KRS_E2E_CHAIN_PREFIX" && left+=("iptables filter rules")
+	iptables -w 5 -t nat -S | grep -qF -- "$KRS_E2E_CHAIN_PREFIX" && left+=("iptables nat rules")
 	[[ -n "$(ip -4 route list root "$KRS_E2E_CLUSTER_CIDR")" ]] && left+=("routes to the pod subnets")
 	[[ -e "/var/lib/kubelet-rs/cluster/$KRS_E2E_CLUSTER" ]] && left+=("cluster $KRS_E2E_CLUSTER state")
 	pgrep -f "/var/lib/kubelet-rs/cluster/$KRS_E2E_CLUSTER/" >/dev/null && left+=("cluster $KRS_E2E_CLUSTER processes")
@@ -558,7 +601,7 @@ run_ginkgo() {
 		--e2e-output-dir="$ARTIFACTS"
 		--repo-root="$(upstream_tree)"
 		--container-runtime=remote
-		--container-runtime-endpoint="unix:///run/kubelet-rs/e2e-n1/containerd.sock"
+		--container-runtime-endpoint="unix:///run/kubelet-rs/$(e2e_node_name 1)/containerd.sock"
 		--dns-domain=cluster.local
 		--disable-log-dump
 		--minStartupPods=0
@@ -652,7 +695,7 @@ summarize() {
 hold() {
 	e2e_log "the bed stays up until Ctrl-C or SIGTERM (pid $$):"
 	e2e_log "  kubectl --kubeconfig $CL_ADMIN_CONF get nodes"
-	e2e_log "  ip netns exec e2e-n1 ...; node logs in $ARTIFACTS/e2e-n*/"
+	e2e_log "  ip netns exec $(e2e_node_name 1) ...; node logs in $ARTIFACTS/$KRS_E2E_NAME-n*/"
 	while :; do
 		sleep 5 &
 		wait $! || true
@@ -663,8 +706,8 @@ main() {
 	parse_args "$@"
 	[[ "$(id -u)" -eq 0 ]] || e2e_die "must run as root"
 	mkdir -p /run/kubelet-rs
-	exec 8>/run/kubelet-rs/e2e-run.lock
-	flock -n 8 || e2e_die "another e2e/run.sh runs (lock /run/kubelet-rs/e2e-run.lock)"
+	exec 8>"$KRS_E2E_LOCK"
+	flock -n 8 || e2e_die "another e2e/run.sh runs on bed $KRS_E2E_BED (lock $KRS_E2E_LOCK); --bed picks the other"
 	trap on_exit EXIT
 	trap 'exit 130' INT
 	trap 'exit 143' TERM
@@ -672,7 +715,7 @@ main() {
 		bed_down
 		return
 	fi
-	if [[ -d "$RUN_STATE" ]] || ip netns list | grep -qwE 'e2e-n[12]|e2e-client'; then
+	if [[ -d "$RUN_STATE" ]] || ip netns list | grep -qwE "$KRS_E2E_NAME-n[12]|$KRS_E2E_CLIENT_NETNS"; then
 		e2e_log "a previous run left its bed up: taking it down first"
 		bed_down
 	fi
