@@ -132,14 +132,28 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         cancel.child_token(),
     );
     let sync_loop = match &api {
-        // Pods from the API server are admitted against what the node offers them.
-        Some(_) => sync_loop.with_admission(Admission {
-            allocatable: Allocatable::from_resources(&allocatable::allocatable(
-                &allocatable_settings,
-                &allocatable::capacity(&host.facts, &allocatable_settings),
-            )),
-            node_labels: node::build::node_labels(&node_settings),
-        }),
+        // Pods from the API server are admitted against what the node offers them and against
+        // its labels as they are now (a user may add some after registration).
+        Some(client) => {
+            let (labels_tx, node_labels) =
+                tokio::sync::watch::channel(node::build::node_labels(&node_settings));
+            tasks.background(
+                "node label watch",
+                node::labels::run_label_watch(
+                    client.clone(),
+                    node_name.clone(),
+                    labels_tx,
+                    cancel.child_token(),
+                ),
+            );
+            sync_loop.with_admission(Admission {
+                allocatable: Allocatable::from_resources(&allocatable::allocatable(
+                    &allocatable_settings,
+                    &allocatable::capacity(&host.facts, &allocatable_settings),
+                )),
+                node_labels,
+            })
+        }
         None => sync_loop,
     };
     sync_loop.start(

@@ -8,6 +8,7 @@
 
 pub mod build;
 pub mod gather;
+pub mod labels;
 pub mod lease;
 pub mod register;
 pub mod status;

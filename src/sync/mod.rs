@@ -54,7 +54,8 @@ impl SyncLoopHealth {
 /// What admission checks pods against.
 pub struct Admission {
     pub allocatable: admission::Allocatable,
-    pub node_labels: std::collections::BTreeMap<String, String>,
+    /// The node's labels as the API server has them now (node::labels keeps them current).
+    pub node_labels: watch::Receiver<std::collections::BTreeMap<String, String>>,
 }
 
 pub struct SyncLoopInputs {
@@ -235,11 +236,12 @@ impl SyncLoop {
             .filter(|w| !w.is_terminating())
             .map(|w| w.pod())
             .collect();
+        let node_labels = adm.node_labels.borrow().clone();
         let verdict = admission::admit(
             pod,
             running.iter().map(|p| p.as_ref()),
             &adm.allocatable,
-            &adm.node_labels,
+            &node_labels,
         );
         let Err(rejection) = verdict else {
             return true;
