@@ -64,8 +64,32 @@ privatize() {
 	mount --bind "$priv/resolv.conf" /etc/resolv.conf
 	mount --bind "$priv/pod-logs" /var/log/pods
 	mount --bind "$priv/container-logs" /var/log/containers
-	mount --bind "$priv/tmp" /tmp
+	private_tmp "$priv"
 	hostname "$N_NAME"
+}
+
+# The node gets a /tmp of its own (hostPath specs write there). What the node needs from the
+# machine's /tmp (a checkout, a cargo target folder, artifacts kept there) stays visible at the
+# same path: bound aside first, then back in place on top of the new /tmp.
+private_tmp() {
+	local priv="$1" keep=() p i=0
+	for p in "$KRS_E2E_REPO" "$(dirname "$E2E_KUBELET_BIN")" "$E2E_ARTIFACTS"; do
+		[[ "$p" == /tmp/* ]] && keep+=("$p")
+	done
+	for p in "${keep[@]}"; do
+		mkdir -p "$priv/keep/$i"
+		mount --bind "$p" "$priv/keep/$i"
+		i=$((i + 1))
+	done
+	mount --bind "$priv/tmp" /tmp
+	i=0
+	for p in "${keep[@]}"; do
+		mkdir -p "$p"
+		mount --bind "$priv/keep/$i" "$p"
+		# Nothing under the node's folder may lead into the checkout when the folder is removed.
+		umount "$priv/keep/$i"
+		i=$((i + 1))
+	done
 }
 
 # Pod traffic may go to the other nodes and to the apiserver (through the host's DNAT), and
