@@ -15,7 +15,7 @@
 #                                               (a certified-conformance run: [Slow] and [Serial]
 #                                               run too)
 #                             quick             the [NodeConformance] specs of e2e/quick.txt that
-#                                               pass on our kubelet today, about 5 minutes (CI)
+#                                               pass on our kubelet today, about 2 minutes (CI)
 #                             focus:REGEX       the specs REGEX matches, skipping [Disruptive]
 #                             Every suite also skips the specs e2e/skips.md names (DNS,
 #                             registries): see there.

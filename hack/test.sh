@@ -11,7 +11,7 @@
 # KRS_KEEP_CLUSTER=1 or they were running already.
 # When cargo test passes, runs the quick upstream e2e subset against the kubelet just built
 # (e2e/run.sh --suite quick: [NodeConformance] specs that pass today, on a bed of its own that
-# it takes down again; about 5 minutes). KRS_E2E_QUICK=0 leaves it out.
+# it takes down again; about 2 minutes). KRS_E2E_QUICK=0 leaves it out.
 # Exit status: the first failing step's, else cargo test's.
 set -euo pipefail
 
