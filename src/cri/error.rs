@@ -60,6 +60,13 @@ impl CriError {
         self.code() == Some(tonic::Code::NotFound)
     }
 
+    /// True when the call or the work it asked for ran out of time (the client's deadline, or
+    /// the runtime's own, as ExecSync reports a command that outlived its timeout).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, CriError::Timeout { .. })
+            || self.code() == Some(tonic::Code::DeadlineExceeded)
+    }
+
     /// The gRPC status code, if the runtime answered with an error status.
     pub fn code(&self) -> Option<tonic::Code> {
         match self {

@@ -19,12 +19,14 @@ use crate::cm::CgroupSettings;
 use crate::cm::allocatable::{self, AllocatableSettings};
 use crate::host::Host;
 use crate::node::NodeSettings;
+use crate::prober::ProbeManager;
 use crate::runtime::images::ImagePuller;
 use crate::runtime::{RuntimeManager, RuntimeSettings};
 use crate::server::{Listeners, ServerState};
 use crate::sync::admission::Allocatable;
 use crate::sync::{Admission, SyncLoop, SyncLoopHealth, SyncLoopInputs, SyncSettings};
 use crate::tasks::{TaskError, Tasks};
+use crate::volume::VolumeManager;
 use crate::{certificate, events, node, pleg, podresources, server, sources, stats, status};
 
 /// Why the kubelet could not start, or stopped on its own.
@@ -104,17 +106,25 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         &mut tasks,
         &cancel,
     );
+    let runtime_settings = RuntimeSettings::new(&settings, &host);
+    let volumes = Arc::new(VolumeManager::new(
+        runtime_settings.root_dir.clone(),
+        api.clone(),
+        runtime_settings.node_allocatable(),
+        events.clone(),
+    ));
     let runtime = Arc::new(
         RuntimeManager::new(
             cri.clone(),
             cgroups.clone(),
             ImagePuller::from_settings(cri.clone(), &settings),
             events.clone(),
-            RuntimeSettings::new(&settings, &host),
+            runtime_settings,
         )
         .with_api_client(api.clone()),
     );
     let status = status::spawn(api.as_ref(), &node_name, &mut tasks, &cancel);
+    let (probes, probe_changes) = ProbeManager::new(cri.clone(), status.clone(), events.clone());
 
     // Pod sources → PodConfig → sync loop ◄── PLEG.
     let (pod_updates, sources_ready) =
@@ -124,7 +134,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
     let sync_settings = SyncSettings::from(&settings);
     let sync_health = Arc::new(SyncLoopHealth::default());
     let sync_loop = SyncLoop::new(
-        (runtime, status.clone()),
+        (runtime, volumes, probes, status.clone()),
         sync_settings.resync,
         runtime_name,
         sync_settings.max_pods,
@@ -160,6 +170,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         SyncLoopInputs {
             pod_updates,
             pleg_events: pleg.events,
+            probe_changes,
             runtime_pods: pleg.runtime_pods,
             sources_ready,
         },

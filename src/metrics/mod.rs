@@ -25,15 +25,34 @@ pub fn render(extra: impl IntoIterator<Item = text::Family>) -> String {
     text::encode(families)
 }
 
-/// /metrics/probes. Probes are not implemented yet, so the family has no series; its header
-/// says what will be there.
+/// `prober_probe_total`: each probe run by type and result, per container; a container's
+/// series go when its probe worker stops.
+pub fn probes() -> &'static registry::Scalar {
+    static PROBES: OnceLock<registry::Scalar> = OnceLock::new();
+    PROBES.get_or_init(|| {
+        registry::Scalar::counter(registry::Opts {
+            name: "prober_probe_total",
+            help: "Cumulative number of a liveness, readiness or startup probe for a container by result.",
+            stability: "ALPHA",
+            labels: &[
+                "probe_type",
+                "result",
+                "container",
+                "pod",
+                "namespace",
+                "pod_uid",
+            ],
+        })
+    })
+}
+
+/// /metrics/probes (its header even before the first probe, as upstream serves it).
 pub fn render_probes() -> String {
-    let mut out = String::new();
-    text::write_header(
-        &mut out,
-        "prober_probe_total",
-        "[ALPHA] Cumulative number of a liveness, readiness or startup probe for a container by result.",
-        text::Kind::Counter,
-    );
-    out
+    let family = probes().family();
+    if family.samples.is_empty() {
+        let mut out = String::new();
+        text::write_header(&mut out, &family.name, &family.help, family.kind);
+        return out;
+    }
+    text::encode(vec![family])
 }

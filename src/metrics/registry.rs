@@ -108,6 +108,11 @@ impl Scalar {
         lock(&self.values).insert(self.opts.key(labels), v);
     }
 
+    /// Drops one series (its object is gone), so the family does not grow with churn.
+    pub fn remove(&self, labels: &[&str]) {
+        lock(&self.values).remove(&self.opts.key(labels));
+    }
+
     #[cfg(test)]
     pub fn get(&self, labels: &[&str]) -> Option<f64> {
         lock(&self.values).get(&self.opts.key(labels)).copied()

@@ -1,10 +1,12 @@
 //! The decision half of the runtime manager: from the pod spec and what the runtime shows,
 //! work out what to do next. Pure, so every rule is unit-tested without a runtime.
 
+use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
+use crate::prober::{self, Verdicts};
 use crate::runtime::backoff::Backoff;
 use crate::runtime::labels::container_hash;
 use crate::runtime::observed::{ContainerInfo, ContainerState, ObservedPod};
@@ -54,7 +56,8 @@ pub struct StartAction {
 pub struct KillAction {
     pub container_id: String,
     pub name: String,
-    pub reason: &'static str,
+    /// The `Killing` event's message.
+    pub message: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -133,6 +136,7 @@ pub fn compute_pod_actions(
     pod: &Pod,
     observed: &ObservedPod,
     backoff: &Backoff,
+    probes: &HashMap<String, Verdicts>,
     now: SystemTime,
 ) -> PodActions {
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
@@ -213,7 +217,7 @@ pub fn compute_pod_actions(
                 actions.kill.push(KillAction {
                     container_id: s.id.clone(),
                     name: c.name.clone(),
-                    reason: "container is not running",
+                    message: format!("Stopping container {} (container is not running)", c.name),
                 });
                 actions.start.push(StartAction {
                     kind: ContainerKind::Init,
@@ -267,7 +271,10 @@ pub fn compute_pod_actions(
                     actions.kill.push(KillAction {
                         container_id: s.id.clone(),
                         name: c.name.clone(),
-                        reason: "Container spec hash changed",
+                        message: format!(
+                            "Container {} definition changed, will be restarted",
+                            c.name
+                        ),
                     });
                     actions.start.push(StartAction {
                         kind: ContainerKind::Regular,
@@ -275,6 +282,20 @@ pub fn compute_pod_actions(
                         restart_count: s.attempt + 1,
                         backoff_key: None,
                     });
+                } else if let Some(why) = prober::restart_reason(&c.name, probes.get(&s.id)) {
+                    // Stopped now; restarted (with the usual backoff) if the policy allows,
+                    // like any container that exits.
+                    let message = if policy == RestartPolicy::Never {
+                        why
+                    } else {
+                        format!("{why}, will be restarted")
+                    };
+                    actions.kill.push(KillAction {
+                        container_id: s.id.clone(),
+                        name: c.name.clone(),
+                        message,
+                    });
+                    any_running = true;
                 } else {
                     any_running = true;
                 }
@@ -297,7 +318,7 @@ pub fn compute_pod_actions(
                 actions.kill.push(KillAction {
                     container_id: s.id.clone(),
                     name: c.name.clone(),
-                    reason: "container is not running",
+                    message: format!("Stopping container {} (container is not running)", c.name),
                 });
                 actions.start.push(StartAction {
                     kind: ContainerKind::Regular,
@@ -393,6 +414,60 @@ mod tests {
 
     fn now() -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000)
+    }
+
+    /// The decision without probe verdicts, as most rules need.
+    fn compute_pod_actions(
+        pod: &Pod,
+        observed: &ObservedPod,
+        backoff: &Backoff,
+        now: SystemTime,
+    ) -> PodActions {
+        super::compute_pod_actions(pod, observed, backoff, &HashMap::new(), now)
+    }
+
+    #[test]
+    fn failed_liveness_or_startup_stops_the_container() {
+        use crate::prober::Outcome;
+        let obs = ObservedPod {
+            uid: "uid1".into(),
+            sandboxes: vec![sandbox(true, 0)],
+            containers: vec![running("a", 0)],
+            ..Default::default()
+        };
+        let verdicts = |liveness, startup| {
+            HashMap::from([(
+                "a-0".to_string(),
+                Verdicts {
+                    liveness: Some(liveness),
+                    startup,
+                    ..Default::default()
+                },
+            )])
+        };
+        let healthy = verdicts(Outcome::Success, None);
+        let p = pod("Always", &[], &["a"]);
+        let a = super::compute_pod_actions(&p, &obs, &Backoff::default(), &healthy, now());
+        assert!(a.kill.is_empty());
+        let sick = verdicts(Outcome::Failure, None);
+        let a = super::compute_pod_actions(&p, &obs, &Backoff::default(), &sick, now());
+        assert_eq!(
+            a.kill,
+            vec![KillAction {
+                container_id: "a-0".into(),
+                name: "a".into(),
+                message: "Container a failed liveness probe, will be restarted".into(),
+            }]
+        );
+        assert!(
+            a.start.is_empty(),
+            "the restart follows the exit, with backoff"
+        );
+        assert!(!a.pod_finished);
+        let never = pod("Never", &[], &["a"]);
+        let slow = verdicts(Outcome::Success, Some(Outcome::Failure));
+        let a = super::compute_pod_actions(&never, &obs, &Backoff::default(), &slow, now());
+        assert_eq!(a.kill[0].message, "Container a failed startup probe");
     }
 
     #[test]

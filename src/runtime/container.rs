@@ -240,7 +240,7 @@ pub fn container_config(
     let expand_all = |list: &Option<Vec<String>>| -> Vec<String> {
         list.iter()
             .flatten()
-            .map(|s| env::expand(s, &vars))
+            .map(|s| crate::expansion::expand(s, &vars))
             .collect()
     };
     Ok(api::ContainerConfig {

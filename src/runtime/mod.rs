@@ -2,12 +2,12 @@
 //! this module carries the decisions out (sandbox, images, containers, teardown).
 
 pub mod actions;
-pub mod api_volumes;
 pub mod backoff;
 pub mod container;
 pub mod dns;
 pub mod env;
 pub mod env_sources;
+mod hooks;
 pub mod images;
 pub mod labels;
 mod metrics;
@@ -16,9 +16,9 @@ pub mod paths;
 pub mod pull_secrets;
 pub mod sandbox;
 pub mod services;
+mod termination_message;
 #[cfg(test)]
 pub(crate) mod tests;
-pub mod volumes;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -37,6 +37,8 @@ use backoff::Backoff;
 use env::PodFacts;
 use images::{ImageError, ImagePuller};
 use observed::{ContainerInfo, ContainerState, ObservedPod, SandboxInfo};
+
+use crate::volume::{PodVolumes, etc_hosts, mounts};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -112,11 +114,20 @@ impl RuntimeSettings {
             runtime_handler: String::new(),
         }
     }
+
+    /// What stands in for a limit a container does not set, in downward-API values.
+    pub fn node_allocatable(&self) -> crate::fieldpath::NodeAllocatable {
+        crate::fieldpath::NodeAllocatable {
+            cpu_millis: self.machine_cpu_millis,
+            memory_bytes: self.machine_memory,
+        }
+    }
 }
 
 pub struct RuntimeManager {
     cri: RuntimeClient,
-    /// For volumes whose contents live in the API server (secrets, configMaps).
+    /// For what env vars and image pulls read from the API server (configMaps, secrets,
+    /// services, pull secrets).
     client: Option<kube::Client>,
     cgroups: Arc<CgroupManager>,
     images: ImagePuller,
@@ -139,7 +150,7 @@ fn pod_desc(pod: &Pod) -> String {
 /// Upstream never stops a container with less than this, so SIGTERM always comes first.
 pub const MIN_GRACE_SECONDS: i64 = 2;
 
-fn grace_seconds(pod: &Pod) -> i64 {
+pub fn grace_seconds(pod: &Pod) -> i64 {
     pod.spec
         .as_ref()
         .and_then(|s| s.termination_grace_period_seconds)
@@ -172,6 +183,10 @@ impl RuntimeManager {
 
     pub fn settings(&self) -> &RuntimeSettings {
         &self.settings
+    }
+
+    pub fn events(&self) -> &EventRecorder {
+        &self.events
     }
 
     /// Says once, as a Warning event, which parts of the spec this version ignores, so nobody
@@ -278,9 +293,11 @@ impl RuntimeManager {
         pod: &Pod,
         observed: &ObservedPod,
         backoff: &mut Backoff,
+        volumes: &PodVolumes,
+        probes: &HashMap<String, crate::prober::Verdicts>,
     ) -> Result<SyncOutcome, RuntimeError> {
         let now = SystemTime::now();
-        let actions = compute_pod_actions(pod, observed, backoff, now);
+        let actions = compute_pod_actions(pod, observed, backoff, probes, now);
         debug!(?actions, "Computed pod actions");
         let mut outcome = SyncOutcome::default();
         self.note_backoffs(pod, &actions, &mut outcome);
@@ -321,14 +338,11 @@ impl RuntimeManager {
             )
         };
 
+        let pod_ip = ips.first().cloned().unwrap_or_default();
         let kills = actions.kill.iter().map(|k| {
-            self.events.pod(
-                pod,
-                EventType::Normal,
-                "Killing",
-                &format!("Stopping container {} ({})", k.name, k.reason),
-            );
-            self.cri.stop_container(&k.container_id, grace_seconds(pod))
+            self.events
+                .pod(pod, EventType::Normal, "Killing", &k.message);
+            self.stop_container(pod, &k.name, &k.container_id, grace_seconds(pod), &pod_ip)
         });
         for r in join_all(kills).await {
             r.map_err(cri("StopContainer"))?;
@@ -347,8 +361,7 @@ impl RuntimeManager {
             } else {
                 ips
             },
-            node_cpu_millis: self.settings.machine_cpu_millis,
-            node_memory_bytes: self.settings.machine_memory,
+            node: self.settings.node_allocatable(),
             service_env: if actions.start.is_empty() {
                 vec![]
             } else {
@@ -368,6 +381,7 @@ impl RuntimeManager {
                 &sandbox_id,
                 &sandbox_config,
                 &facts,
+                volumes,
                 backoff,
                 &mut outcome,
             )
@@ -467,6 +481,7 @@ impl RuntimeManager {
         sandbox_id: &str,
         sandbox_config: &api::PodSandboxConfig,
         facts: &PodFacts,
+        volumes: &PodVolumes,
         backoff: &mut Backoff,
         outcome: &mut SyncOutcome,
     ) {
@@ -488,6 +503,7 @@ impl RuntimeManager {
                     sandbox_id,
                     sandbox_config,
                     facts,
+                    volumes,
                     backoff,
                 )
                 .await
@@ -521,6 +537,7 @@ impl RuntimeManager {
         sandbox_id: &str,
         sandbox_config: &api::PodSandboxConfig,
         facts: &PodFacts,
+        volumes: &PodVolumes,
         backoff: &mut Backoff,
     ) -> Result<(), (&'static str, String, Duration)> {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
@@ -616,7 +633,14 @@ impl RuntimeManager {
         })?;
         let mut config = config;
         config.mounts = self
-            .prepare_mounts(pod, container, start.restart_count, &facts.pod_ips)
+            .prepare_mounts(
+                pod,
+                container,
+                start.restart_count,
+                &config.envs,
+                facts,
+                volumes,
+            )
             .await
             .map_err(|e| ("CreateContainerConfigError", e, RETRY_AFTER_ERROR))?;
 
@@ -653,30 +677,108 @@ impl RuntimeManager {
             "Started",
             &format!("Started container {}", container.name),
         );
+        let post_start = container
+            .lifecycle
+            .as_ref()
+            .and_then(|l| l.post_start.as_ref());
+        if let Some(handler) = post_start {
+            let pod_ip = facts
+                .pod_ips
+                .first()
+                .map(String::as_str)
+                .unwrap_or_default();
+            let ran = hooks::run(
+                &self.cri,
+                pod,
+                container,
+                &id,
+                handler,
+                pod_ip,
+                hooks::UNBOUNDED_HOOK_LIMIT,
+            )
+            .await;
+            if let Err(message) = ran {
+                // Like upstream: the container is killed and counts as failed to start.
+                self.events
+                    .pod(pod, EventType::Warning, "FailedPostStartHook", &message);
+                let grace = grace_seconds(pod);
+                if let Err(e) = self
+                    .stop_container(pod, &container.name, &id, grace, pod_ip)
+                    .await
+                {
+                    warn!(container = %container.name, err = %e, "Failed to kill the container after its postStart hook failed");
+                }
+                return Err(("PostStartHookError", message, RETRY_AFTER_ERROR));
+            }
+        }
         Ok(())
     }
 
+    /// Stops one container, running its preStop hook first within the grace period; the
+    /// runtime gets what is left of the period (at least the minimum).
+    async fn stop_container(
+        &self,
+        pod: &Pod,
+        name: &str,
+        id: &str,
+        grace: i64,
+        pod_ip: &str,
+    ) -> Result<(), CriError> {
+        let grace = grace.max(0);
+        let spec = pod.spec.as_ref().and_then(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+                .find(|c| c.name == name)
+        });
+        let pre_stop = spec.and_then(|c| Some((c, c.lifecycle.as_ref()?.pre_stop.as_ref()?)));
+        let mut remaining = grace;
+        if let Some((container, handler)) = pre_stop
+            && grace > 0
+        {
+            let budget = Duration::from_secs(grace as u64);
+            let started = std::time::Instant::now();
+            let ran = hooks::run(&self.cri, pod, container, id, handler, pod_ip, budget).await;
+            if let Err(message) = ran {
+                self.events
+                    .pod(pod, EventType::Warning, "FailedPreStopHook", &message);
+            }
+            remaining = grace - started.elapsed().as_secs() as i64;
+        }
+        self.cri
+            .stop_container(id, remaining.max(MIN_GRACE_SECONDS))
+            .await
+    }
+
+    /// The container's mounts over the volumes the volume manager prepared, plus its
+    /// termination-message file and the managed /etc/hosts.
     async fn prepare_mounts(
         &self,
         pod: &Pod,
         container: &Container,
         restart_count: u32,
-        pod_ips: &[String],
+        envs: &[api::KeyValue],
+        facts: &PodFacts,
+        volumes: &PodVolumes,
     ) -> Result<Vec<api::Mount>, String> {
-        let fetched = api_volumes::fetch(self.client.as_ref(), pod)
-            .await
-            .map_err(|e| e.to_string())?;
-        let (pod, container) = (pod.clone(), container.clone());
-        let root = self.settings.root_dir.clone();
-        let pod_ips = pod_ips.to_vec();
+        let (pod, container, volumes) = (pod.clone(), container.clone(), volumes.clone());
+        let env: HashMap<String, String> = envs
+            .iter()
+            .map(|kv| (kv.key.clone(), kv.value.clone()))
+            .collect();
+        let pod_dir = paths::pod_dir(
+            &self.settings.root_dir,
+            pod.metadata.uid.as_deref().unwrap_or_default(),
+        );
+        let pod_ips = facts.pod_ips.clone();
         let domain = self.settings.dns.cluster_domain.clone();
         tokio::task::spawn_blocking(move || {
             let mut mounts =
-                volumes::container_mounts(&pod, &container, &root, restart_count, &fetched)?;
-            mounts.extend(volumes::etc_hosts_mount(
-                &pod, &container, &root, &pod_ips, &domain,
+                mounts::container_mounts(&pod_dir, &container, &volumes, restart_count, &env)?;
+            mounts.extend(etc_hosts::etc_hosts_mount(
+                &pod, &container, &pod_dir, &pod_ips, &domain,
             )?);
-            Ok::<_, volumes::VolumeError>(mounts)
+            Ok::<_, crate::volume::MountError>(mounts)
         })
         .await
         .map_err(|e| e.to_string())?
@@ -743,6 +845,10 @@ impl RuntimeManager {
         observed: &ObservedPod,
         grace: i64,
     ) -> Result<(), RuntimeError> {
+        let pod_ip = observed
+            .newest_sandbox()
+            .and_then(|s| s.ips.first().cloned())
+            .unwrap_or_default();
         let stops = observed.running_containers().map(|c| {
             self.events.pod(
                 pod,
@@ -750,7 +856,7 @@ impl RuntimeManager {
                 "Killing",
                 &format!("Stopping container {}", c.name),
             );
-            self.cri.stop_container(&c.id, grace.max(MIN_GRACE_SECONDS))
+            self.stop_container(pod, &c.name, &c.id, grace, &pod_ip)
         });
         for r in join_all(stops).await {
             match r {
@@ -767,7 +873,8 @@ impl RuntimeManager {
         Ok(())
     }
 
-    /// Removes what is left of a pod that is gone: containers, sandboxes, logs, its cgroup.
+    /// Removes what the runtime holds of a pod that is gone: containers, sandboxes, logs, its
+    /// cgroup. (Its folder and volumes are the volume manager's.)
     pub async fn remove_pod(
         &self,
         uid: &str,
@@ -791,14 +898,6 @@ impl RuntimeManager {
             let dir = paths::pod_log_dir(&self.settings.logs_root, namespace, name, uid);
             remove_dir_if_present(&dir).await?;
         }
-        let root = self.settings.root_dir.clone();
-        let owned_uid = uid.to_string();
-        let removed =
-            tokio::task::spawn_blocking(move || volumes::remove_pod_dir(&root, &owned_uid)).await;
-        if let Ok(Err(err)) = removed {
-            // Left for a later cleanup rather than retried forever: data may be mounted there.
-            warn!(pod_uid = %uid, %err, "Could not remove the pod folder");
-        }
         let cgroups = self.cgroups.clone();
         let uid = uid.to_string();
         tokio::task::spawn_blocking(move || cgroups.remove_pod_cgroup(&uid))
@@ -813,35 +912,19 @@ pub fn unsupported_features(pod: &Pod) -> Vec<&'static str> {
     let Some(spec) = pod.spec.as_ref() else {
         return vec![];
     };
-    let all: Vec<&Container> = spec
+    let mut found = Vec::new();
+    if spec.readiness_gates.as_ref().is_some_and(|g| !g.is_empty()) {
+        found.push("readinessGates");
+    }
+    let probe_grace = spec
         .containers
         .iter()
-        .chain(spec.init_containers.iter().flatten())
-        .collect();
-    let mut found = Vec::new();
-    let mut note = |present: bool, what: &'static str| {
-        if present {
-            found.push(what);
-        }
-    };
-    note(
-        all.iter().any(|c| c.liveness_probe.is_some()),
-        "livenessProbe",
-    );
-    note(
-        all.iter().any(|c| c.readiness_probe.is_some()),
-        "readinessProbe",
-    );
-    note(
-        all.iter().any(|c| c.startup_probe.is_some()),
-        "startupProbe",
-    );
-    note(all.iter().any(|c| c.lifecycle.is_some()), "lifecycle hooks");
-    note(
-        spec.active_deadline_seconds.is_some(),
-        "activeDeadlineSeconds",
-    );
-    note(spec.readiness_gates.is_some(), "readinessGates");
+        .flat_map(|c| [&c.liveness_probe, &c.startup_probe])
+        .flatten()
+        .any(|p| p.termination_grace_period_seconds.is_some());
+    if probe_grace {
+        found.push("probe-level terminationGracePeriodSeconds");
+    }
     found
 }
 
@@ -853,7 +936,7 @@ fn termination_message(status: &api::ContainerStatus, exit_code: i32) -> String 
         .get(labels::TERMINATION_MESSAGE_PATH)
         .map(String::as_str)
         .unwrap_or("/dev/termination-log");
-    if let Some(msg) = volumes::read_termination_message(status, target) {
+    if let Some(msg) = termination_message::read_termination_message(status, target) {
         return msg;
     }
     let fallback = ann
@@ -861,7 +944,7 @@ fn termination_message(status: &api::ContainerStatus, exit_code: i32) -> String 
         .map(String::as_str)
         == Some("FallbackToLogsOnError");
     if fallback && exit_code != 0 {
-        return volumes::message_from_log(&status.log_path).unwrap_or_default();
+        return termination_message::message_from_log(&status.log_path).unwrap_or_default();
     }
     status.message.clone()
 }

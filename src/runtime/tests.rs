@@ -17,6 +17,7 @@ use crate::cri::api;
 use crate::cri::fake::{FakeCri, FakeRuntime};
 use crate::events::EventRecorder;
 use crate::status::{PodStatusInput, generate_pod_status};
+use crate::volume::VolumeManager;
 
 /// Present on the node in every harness.
 pub(crate) const APP_IMAGE: &str = "registry.test/app:1";
@@ -26,6 +27,7 @@ pub(crate) const APP_IMAGE: &str = "registry.test/app:1";
 pub(crate) struct Harness {
     pub cri: FakeCri,
     pub runtime: Arc<RuntimeManager>,
+    pub volumes: Arc<VolumeManager>,
     pub dir: tempfile::TempDir,
 }
 
@@ -56,9 +58,16 @@ impl Harness {
                 runtime_handler: String::new(),
             },
         );
+        let volumes = VolumeManager::new(
+            dir.path().join("root"),
+            None,
+            runtime.settings().node_allocatable(),
+            EventRecorder::default(),
+        );
         Harness {
             cri,
             runtime: Arc::new(runtime),
+            volumes: Arc::new(volumes),
             dir,
         }
     }
@@ -71,15 +80,21 @@ impl Harness {
     pub async fn sync(&self, pod: &Pod, backoff: &mut Backoff) -> SyncOutcome {
         let observed = self.runtime.pod_status(uid(pod)).await.expect("pod status");
         // Boxed: the sync future is large, and a test awaits many of them.
-        Box::pin(self.runtime.sync_pod(pod, &observed, backoff))
-            .await
-            .expect("sync pod")
+        let volumes = self.volumes.setup(pod).await.expect("volumes");
+        Box::pin(
+            self.runtime
+                .sync_pod(pod, &observed, backoff, &volumes, &Default::default()),
+        )
+        .await
+        .expect("sync pod")
     }
 
     /// The API status the worker would publish right now, with `outcome`'s waiting reasons.
     pub async fn status(&self, pod: &Pod, outcome: &SyncOutcome) -> PodStatus {
         let observed = self.runtime.pod_status(uid(pod)).await.expect("pod status");
         generate_pod_status(&PodStatusInput {
+            failure: None,
+            probes: &Default::default(),
             pod,
             observed: &observed,
             waiting: &outcome.waiting,
@@ -442,6 +457,8 @@ async fn kill_pod_stops_containers_with_grace_then_sandbox_and_remove_pod_cleans
     assert!(h.fake().containers().is_empty());
     assert_eq!(h.fake().count("RemoveContainer"), 2);
     assert!(!h.pod_log_dir(&p).exists());
+    assert!(pod_dir.exists(), "the pod folder is the volume manager's");
+    h.volumes.teardown("u-term").await.expect("volume teardown");
     assert!(!pod_dir.exists());
     assert!(!h.pod_cgroup("u-term").exists());
     // Removing again (a retried termination) finds nothing and still succeeds.
@@ -518,7 +535,13 @@ async fn sandbox_and_start_failures_are_retried() {
     let observed = h.runtime.pod_status("u-retry").await.expect("pod status");
     let err = h
         .runtime
-        .sync_pod(&p, &observed, &mut backoff)
+        .sync_pod(
+            &p,
+            &observed,
+            &mut backoff,
+            &Default::default(),
+            &Default::default(),
+        )
         .await
         .expect_err("sandbox creation fails");
     assert!(err.to_string().contains("RunPodSandbox"), "{err}");

@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::cm::qos_class;
+use crate::prober::{self, Verdicts};
 use crate::runtime::Waiting;
 use crate::runtime::actions::RestartPolicy;
 use crate::runtime::observed::{ContainerInfo, ContainerState, ObservedPod};
@@ -23,6 +24,17 @@ pub struct PodStatusInput<'a> {
     /// The runtime's name, for container IDs like `containerd://<id>`.
     pub runtime_name: &'a str,
     pub now: SystemTime,
+    /// Set when the kubelet itself failed the pod (its active deadline passed, say).
+    pub failure: Option<&'a PodFailure>,
+    /// The probes' verdicts, by container ID.
+    pub probes: &'a HashMap<String, Verdicts>,
+}
+
+/// Why the kubelet failed a pod: the pod's phase is Failed with this reason and message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodFailure {
+    pub reason: String,
+    pub message: String,
 }
 
 fn time(t: SystemTime) -> Option<Time> {
@@ -109,8 +121,14 @@ fn container_status(
         ),
     };
     let running = state.running.is_some();
-    // An init container that completed counts as ready, as upstream reports it.
-    let ready = running || init && state.terminated.as_ref().is_some_and(|t| t.exit_code == 0);
+    let (ready, started) = if init {
+        // An init container that completed counts as ready, as upstream reports it.
+        let done = state.terminated.as_ref().is_some_and(|t| t.exit_code == 0);
+        (running || done, running)
+    } else {
+        let view = prober::view(spec, running, newest.and_then(|n| input.probes.get(&n.id)));
+        (view.ready, view.started)
+    };
     ContainerStatus {
         name: spec.name.clone(),
         image: spec.image.clone().unwrap_or_default(),
@@ -118,7 +136,7 @@ fn container_status(
         container_id: newest.map(|n| format!("{rt}://{}", n.id)),
         restart_count: newest.map(|n| n.attempt as i32).unwrap_or(0),
         ready,
-        started: Some(running),
+        started: Some(started),
         state: Some(state),
         last_state: Some(last_state.unwrap_or_default()),
         ..Default::default()
@@ -253,7 +271,10 @@ pub fn generate_pod_status(input: &PodStatusInput<'_>) -> PodStatus {
         .iter()
         .map(|c| container_status(c, input, default_waiting, false))
         .collect();
-    let phase = pod_phase(policy, &init_statuses, &statuses, 0);
+    let phase = match input.failure {
+        Some(_) => "Failed",
+        None => pod_phase(policy, &init_statuses, &statuses, 0),
+    };
 
     let now = time(input.now);
     let unready: Vec<&str> = statuses
@@ -329,6 +350,8 @@ pub fn generate_pod_status(input: &PodStatusInput<'_>) -> PodStatus {
         qos_class: Some(qos_class(&spec).as_str().into()),
         init_container_statuses: Some(init_statuses).filter(|v| !v.is_empty()),
         container_statuses: Some(statuses),
+        reason: input.failure.map(|f| f.reason.clone()),
+        message: input.failure.map(|f| f.message.clone()),
         ..Default::default()
     }
 }
@@ -385,6 +408,8 @@ mod tests {
         waiting: &HashMap<String, Waiting>,
     ) -> PodStatus {
         generate_pod_status(&PodStatusInput {
+            failure: None,
+            probes: &HashMap::new(),
             pod,
             observed,
             waiting,

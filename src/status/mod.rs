@@ -5,7 +5,7 @@ pub mod apiserver;
 mod generate;
 pub mod mirror;
 
-pub use generate::{PodStatusInput, generate_pod_status};
+pub use generate::{PodFailure, PodStatusInput, generate_pod_status};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -2,6 +2,7 @@
 //! routes work to pod workers; all runtime calls happen in the workers.
 
 pub mod admission;
+mod deadline;
 mod metrics;
 pub mod worker;
 
@@ -61,6 +62,8 @@ pub struct Admission {
 pub struct SyncLoopInputs {
     pub pod_updates: mpsc::Receiver<PodUpdate>,
     pub pleg_events: mpsc::Receiver<String>,
+    /// Pods whose probe verdicts changed.
+    pub probe_changes: mpsc::Receiver<String>,
     pub runtime_pods: watch::Receiver<RuntimePods>,
     pub sources_ready: watch::Receiver<bool>,
 }
@@ -137,6 +140,8 @@ impl SyncLoop {
     pub fn new(
         ctx_parts: (
             Arc<crate::runtime::RuntimeManager>,
+            Arc<crate::volume::VolumeManager>,
+            Arc<crate::prober::ProbeManager>,
             Arc<crate::status::StatusStore>,
         ),
         resync: Duration,
@@ -146,7 +151,7 @@ impl SyncLoop {
         cancel: CancellationToken,
     ) -> Self {
         let (done_tx, done_rx) = mpsc::channel(max_pods.max(16));
-        let (runtime, status) = ctx_parts;
+        let (runtime, volumes, probes, status) = ctx_parts;
         SyncLoop {
             workers: HashMap::new(),
             parked: HashMap::new(),
@@ -154,6 +159,8 @@ impl SyncLoop {
             rejected: HashSet::new(),
             ctx: Arc::new(WorkerContext {
                 runtime,
+                volumes,
+                probes,
                 status,
                 resync,
                 runtime_name,
@@ -346,6 +353,11 @@ impl SyncLoop {
                 _ = self.cancel.cancelled() => return,
                 Some(update) = inputs.pod_updates.recv() => self.handle_update(update),
                 Some(uid) = inputs.pleg_events.recv() => {
+                    if let Some(w) = self.workers.get(&uid) {
+                        w.poke();
+                    }
+                }
+                Some(uid) = inputs.probe_changes.recv() => {
                     if let Some(w) = self.workers.get(&uid) {
                         w.poke();
                     }

@@ -55,10 +55,15 @@ impl Node {
             assert!(matches!(seen, Ok(Ok(_))), "PLEG never saw pod {uid}");
         }
         let status = Arc::new(StatusStore::default());
+        let (probes, probe_changes) = crate::prober::ProbeManager::new(
+            h.cri.client.clone(),
+            status.clone(),
+            crate::events::EventRecorder::default(),
+        );
         let (updates, updates_rx) = mpsc::channel(16);
         let (ready_tx, ready_rx) = watch::channel(sources_ready);
         let sync_loop = SyncLoop::new(
-            (h.runtime.clone(), status.clone()),
+            (h.runtime.clone(), h.volumes.clone(), probes, status.clone()),
             Duration::from_secs(10),
             "fake".into(),
             16,
@@ -68,6 +73,7 @@ impl Node {
         tokio::spawn(sync_loop.run(SyncLoopInputs {
             pod_updates: updates_rx,
             pleg_events: pleg_rx,
+            probe_changes,
             runtime_pods,
             sources_ready: ready_rx,
         }));

@@ -1,6 +1,7 @@
 //! One task per pod: it alone touches its pod in the runtime, so no two syncs of the same pod
 //! ever race. It wakes on a new spec, a PLEG event, a backoff expiry or the resync period.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -9,9 +10,22 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
+use super::deadline;
+use crate::events::EventType;
+use crate::prober::{ProbeManager, Verdicts};
 use crate::runtime::backoff::Backoff;
+use crate::runtime::observed::ObservedPod;
 use crate::runtime::{RuntimeManager, SyncOutcome};
-use crate::status::{PodStatusInput, StatusStore, generate_pod_status};
+use crate::status::{PodFailure, PodStatusInput, StatusStore, generate_pod_status};
+use crate::volume::{PodVolumes, VolumeError, VolumeManager};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error(transparent)]
+    Runtime(#[from] crate::runtime::RuntimeError),
+    #[error("Unable to attach or mount volumes: {0}")]
+    Volumes(#[from] VolumeError),
+}
 
 /// What the pod's owner wants from the worker now.
 #[derive(Clone, Debug)]
@@ -26,6 +40,8 @@ pub enum Desired {
 
 pub struct WorkerContext {
     pub runtime: Arc<RuntimeManager>,
+    pub volumes: Arc<VolumeManager>,
+    pub probes: Arc<ProbeManager>,
     pub status: Arc<StatusStore>,
     pub resync: Duration,
     pub runtime_name: String,
@@ -105,6 +121,8 @@ async fn run(
 ) {
     let mut backoff = Backoff::default();
     let start_time = SystemTime::now();
+    // Set once the kubelet fails the pod itself; a failed pod stays failed.
+    let mut failure: Option<PodFailure> = None;
     let mut timing = super::metrics::PodWorkerTracker::default();
     if let Desired::Run(pod) = &*desired_rx.borrow() {
         ctx.runtime.warn_unsupported(pod);
@@ -113,11 +131,12 @@ async fn run(
         let desired = desired_rx.borrow_and_update().clone();
         let wait = match desired {
             Desired::Run(pod) => {
+                ctx.probes.add_pod(&pod, &cancel);
                 // A termination request cancels a sync in progress (a long image pull must not
                 // hold up the grace period); dropping the sync cancels its CRI calls.
                 let timer = timing.begin(&pod);
                 let result = tokio::select! {
-                    r = sync_once(&uid, &pod, &ctx, &mut backoff, start_time) => r,
+                    r = sync_once(&uid, &pod, &ctx, &mut backoff, start_time, &mut failure) => r,
                     _ = termination_requested(&mut desired_rx) => continue,
                 };
                 timing.end(timer, &pod, ctx.status.status(&uid).as_ref());
@@ -132,17 +151,20 @@ async fn run(
                     }
                 }
             }
-            Desired::Terminate { pod, grace } => match terminate(&uid, &pod, grace, &ctx).await {
-                Ok(()) => {
-                    ctx.status.finish(&uid, &pod);
-                    let _ = ctx.done.send(uid).await;
-                    return;
+            Desired::Terminate { pod, grace } => {
+                ctx.probes.remove_pod(&uid);
+                match terminate(&uid, &pod, grace, &ctx).await {
+                    Ok(()) => {
+                        ctx.status.finish(&uid, &pod);
+                        let _ = ctx.done.send(uid).await;
+                        return;
+                    }
+                    Err(err) => {
+                        warn!(%err, "Error terminating pod, will retry");
+                        RETRY_AFTER_ERROR
+                    }
                 }
-                Err(err) => {
-                    warn!(%err, "Error terminating pod, will retry");
-                    RETRY_AFTER_ERROR
-                }
-            },
+            }
         };
         backoff.gc(SystemTime::now());
         tokio::select! {
@@ -172,9 +194,45 @@ async fn sync_once(
     ctx: &WorkerContext,
     backoff: &mut Backoff,
     start_time: SystemTime,
-) -> Result<SyncOutcome, crate::runtime::RuntimeError> {
+    failure: &mut Option<PodFailure>,
+) -> Result<SyncOutcome, SyncError> {
     let observed = ctx.runtime.pod_status(uid).await?;
-    let result = ctx.runtime.sync_pod(pod, &observed, backoff).await;
+    let probes = ctx
+        .probes
+        .verdicts(observed.containers.iter().map(|c| c.id.as_str()));
+    let mut deadline_in = None;
+    if failure.is_none() {
+        match deadline::check(pod, start_time, SystemTime::now()) {
+            deadline::Verdict::Exceeded(f) => {
+                info!(reason = %f.reason, "Pod failed: {}", f.message);
+                ctx.runtime
+                    .events()
+                    .pod(pod, EventType::Normal, &f.reason, &f.message);
+                *failure = Some(f);
+            }
+            deadline::Verdict::In(left) => deadline_in = Some(left),
+            deadline::Verdict::None => {}
+        }
+    }
+    let result = if failure.is_some() {
+        // A failed pod's containers are stopped with its grace period and never restarted.
+        let grace = crate::runtime::grace_seconds(pod);
+        let killed = ctx.runtime.kill_pod(pod, &observed, grace).await;
+        killed
+            .map(|()| SyncOutcome {
+                finished: true,
+                ..Default::default()
+            })
+            .map_err(SyncError::from)
+    } else {
+        sync_running(uid, pod, ctx, backoff, &observed, &probes).await
+    };
+    let result = result.map(|mut outcome| {
+        if let Some(left) = deadline_in {
+            outcome.requeue_after = Some(outcome.requeue_after.map_or(left, |d| d.min(left)));
+        }
+        outcome
+    });
     // The status is published even when the sync failed (say, the sandbox could not be
     // created), so the pod is visible with its containers waiting.
     let no_waiting = Default::default();
@@ -189,9 +247,41 @@ async fn sync_once(
         node_ip: &ctx.runtime.settings().node_ip,
         runtime_name: &ctx.runtime_name,
         now: SystemTime::now(),
+        failure: failure.as_ref(),
+        probes: &probes,
     });
     ctx.status.set(uid, pod.clone(), status);
     result
+}
+
+/// Volumes, then the runtime, for a pod that should be running.
+async fn sync_running(
+    uid: &str,
+    pod: &Arc<Pod>,
+    ctx: &WorkerContext,
+    backoff: &mut Backoff,
+    observed: &ObservedPod,
+    probes: &HashMap<String, Verdicts>,
+) -> Result<SyncOutcome, SyncError> {
+    // Volumes are set up before anything starts and refreshed on every sync after, except
+    // for a pod that has finished: nothing in it will read them again.
+    let finished = ctx
+        .status
+        .status(uid)
+        .is_some_and(|s| matches!(s.phase.as_deref(), Some("Succeeded") | Some("Failed")));
+    let volumes = if finished {
+        PodVolumes::default()
+    } else {
+        // Boxed: both futures are large, and the worker's own future must stay small enough
+        // to be moved onto the heap when it is spawned.
+        Box::pin(ctx.volumes.setup(pod)).await?
+    };
+    Box::pin(
+        ctx.runtime
+            .sync_pod(pod, observed, backoff, &volumes, probes),
+    )
+    .await
+    .map_err(SyncError::from)
 }
 
 #[tracing::instrument(name = "terminate_pod", skip_all, fields(grace))]
@@ -215,6 +305,10 @@ async fn terminate(
     ctx.runtime
         .remove_pod(uid, &namespace, &name, &observed)
         .await?;
+    if let Err(err) = ctx.volumes.teardown(uid).await {
+        // Left for a later cleanup rather than retried forever: data may be mounted there.
+        warn!(pod_uid = %uid, %err, "Could not remove the pod folder");
+    }
     info!(pod = %format!("{namespace}/{name}"), "Pod terminated and removed");
     Ok(())
 }

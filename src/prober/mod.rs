@@ -1,0 +1,206 @@
+//! The prober: one task per container and probe kind (liveness, readiness, startup), each
+//! probing on its period and recording verdicts by container ID. A changed verdict wakes the
+//! pod's worker (through the sync loop), which reads them: readiness makes the container
+//! `ready`, startup makes it `started`, and a failed liveness or startup probe has it
+//! restarted. Workers read the pod's container IDs and IP from the status store, like
+//! upstream's read the status manager.
+
+mod exec;
+mod grpc;
+pub mod http;
+pub mod results;
+mod tcp;
+mod worker;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::{Container, Pod, Probe};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::cri::RuntimeClient;
+use crate::events::EventRecorder;
+use crate::status::StatusStore;
+pub use results::Verdicts;
+pub use worker::resolve_port;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ProbeKind {
+    Liveness,
+    Readiness,
+    Startup,
+}
+
+impl ProbeKind {
+    pub const ALL: [ProbeKind; 3] = [
+        ProbeKind::Liveness,
+        ProbeKind::Readiness,
+        ProbeKind::Startup,
+    ];
+
+    /// As upstream names it in events and metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProbeKind::Liveness => "Liveness",
+            ProbeKind::Readiness => "Readiness",
+            ProbeKind::Startup => "Startup",
+        }
+    }
+
+    pub fn of(self, c: &Container) -> Option<&Probe> {
+        match self {
+            ProbeKind::Liveness => c.liveness_probe.as_ref(),
+            ProbeKind::Readiness => c.readiness_probe.as_ref(),
+            ProbeKind::Startup => c.startup_probe.as_ref(),
+        }
+    }
+
+    /// What a container is taken to be before its first verdict: not ready, alive, and not
+    /// started (upstream's initial values).
+    fn initial(self) -> Outcome {
+        match self {
+            ProbeKind::Readiness => Outcome::Failure,
+            ProbeKind::Liveness => Outcome::Success,
+            ProbeKind::Startup => Outcome::Unknown,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Success,
+    Failure,
+    Unknown,
+}
+
+/// Upstream keeps at most 10 KiB of a probe's output.
+const MAX_OUTPUT: usize = 10 * 1024;
+
+fn cap_output(bytes: &[u8]) -> String {
+    let end = bytes.len().min(MAX_OUTPUT);
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+pub fn join_host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// What the probes say a container is, given its spec and verdicts.
+pub struct ProbeView {
+    pub ready: bool,
+    pub started: bool,
+}
+
+/// Upstream's rules: a running container without probes is started and ready; a startup
+/// probe holds both until it succeeds; a readiness probe decides readiness after that.
+pub fn view(spec: &Container, running: bool, verdicts: Option<&Verdicts>) -> ProbeView {
+    let v = verdicts.copied().unwrap_or_default();
+    let started = running && (spec.startup_probe.is_none() || v.startup == Some(Outcome::Success));
+    let ready =
+        started && (spec.readiness_probe.is_none() || v.readiness == Some(Outcome::Success));
+    ProbeView { ready, started }
+}
+
+/// Why a running container must be restarted, with upstream's message, if its liveness or
+/// startup probe failed.
+pub fn restart_reason(name: &str, verdicts: Option<&Verdicts>) -> Option<String> {
+    let v = verdicts?;
+    if v.startup == Some(Outcome::Failure) {
+        Some(format!("Container {name} failed startup probe"))
+    } else if v.liveness == Some(Outcome::Failure) {
+        Some(format!("Container {name} failed liveness probe"))
+    } else {
+        None
+    }
+}
+
+pub struct ProbeManager {
+    cri: RuntimeClient,
+    status: Arc<StatusStore>,
+    events: EventRecorder,
+    results: results::Results,
+    /// The probing pods' tokens, by UID: bounded by the pods the sync loop runs.
+    pods: Mutex<HashMap<String, CancellationToken>>,
+    changed: mpsc::Sender<String>,
+}
+
+/// How many verdict changes may wait for the sync loop; past that a change waits for the
+/// pod's next periodic sync instead.
+const CHANGED_CAPACITY: usize = 256;
+
+impl ProbeManager {
+    /// The manager and the stream of UIDs whose verdicts changed (for the sync loop).
+    pub fn new(
+        cri: RuntimeClient,
+        status: Arc<StatusStore>,
+        events: EventRecorder,
+    ) -> (Arc<Self>, mpsc::Receiver<String>) {
+        let (tx, rx) = mpsc::channel(CHANGED_CAPACITY);
+        let manager = ProbeManager {
+            cri,
+            status,
+            events,
+            results: results::Results::default(),
+            pods: Mutex::new(HashMap::new()),
+            changed: tx,
+        };
+        (Arc::new(manager), rx)
+    }
+
+    fn pods(&self) -> std::sync::MutexGuard<'_, HashMap<String, CancellationToken>> {
+        self.pods.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts probing the pod's containers (once per UID); the workers end with `parent`.
+    pub fn add_pod(self: &Arc<Self>, pod: &Arc<Pod>, parent: &CancellationToken) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let containers = pod
+            .spec
+            .as_ref()
+            .map(|s| s.containers.as_slice())
+            .unwrap_or(&[]);
+        let probed: Vec<(usize, ProbeKind)> = containers
+            .iter()
+            .enumerate()
+            .flat_map(|(i, c)| {
+                ProbeKind::ALL
+                    .into_iter()
+                    .filter(|k| k.of(c).is_some())
+                    .map(move |k| (i, k))
+            })
+            .collect();
+        if probed.is_empty() {
+            return;
+        }
+        let token = {
+            let mut pods = self.pods();
+            if pods.contains_key(&uid) {
+                return;
+            }
+            let token = parent.child_token();
+            pods.insert(uid.clone(), token.clone());
+            token
+        };
+        for (index, kind) in probed {
+            let w = worker::Worker::new(self.clone(), pod.clone(), index, kind);
+            tokio::spawn(w.run(token.clone()));
+        }
+    }
+
+    /// Stops probing the pod (it is terminating); its verdicts go with its workers.
+    pub fn remove_pod(&self, uid: &str) {
+        if let Some(token) = self.pods().remove(uid) {
+            token.cancel();
+        }
+    }
+
+    /// The verdicts of these containers.
+    pub fn verdicts<'a>(&self, ids: impl Iterator<Item = &'a str>) -> HashMap<String, Verdicts> {
+        self.results.snapshot(ids)
+    }
+}

@@ -1,0 +1,334 @@
+//! One probe of one container: a task that wakes every `periodSeconds`, looks up the
+//! container's current instance in the status store, probes it when that makes sense, and
+//! records a verdict once `successThreshold` or `failureThreshold` consecutive results agree.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, Probe};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use super::{Outcome, ProbeKind, ProbeManager};
+use crate::events::EventType;
+
+pub struct Worker {
+    manager: Arc<ProbeManager>,
+    pod: Arc<Pod>,
+    index: usize,
+    kind: ProbeKind,
+    /// The container instance being probed.
+    container_id: Option<String>,
+    last: Outcome,
+    run: u32,
+    /// After a liveness or startup failure: nothing more until the container is replaced.
+    on_hold: bool,
+}
+
+fn seconds(v: Option<i32>, default: i32, min: i32) -> Duration {
+    Duration::from_secs(v.unwrap_or(default).max(min) as u64)
+}
+
+struct Timing {
+    period: Duration,
+    timeout: Duration,
+    initial_delay: Duration,
+    success_threshold: u32,
+    failure_threshold: u32,
+}
+
+/// Upstream's defaults: every 10 s, 1 s timeout, 1 success, 3 failures.
+fn timing(p: &Probe) -> Timing {
+    Timing {
+        period: seconds(p.period_seconds, 10, 1),
+        timeout: seconds(p.timeout_seconds, 1, 1),
+        initial_delay: seconds(p.initial_delay_seconds, 0, 0),
+        success_threshold: p.success_threshold.unwrap_or(1).max(1) as u32,
+        failure_threshold: p.failure_threshold.unwrap_or(3).max(1) as u32,
+    }
+}
+
+/// A probe's port: a number, or the name of one of the container's ports.
+pub fn resolve_port(port: &IntOrString, c: &Container) -> Result<u16, String> {
+    match port {
+        IntOrString::Int(n) => u16::try_from(*n)
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| format!("invalid port number: {n}")),
+        IntOrString::String(name) => {
+            if let Ok(n) = name.parse::<u16>() {
+                return Ok(n);
+            }
+            c.ports
+                .iter()
+                .flatten()
+                .find(|p| p.name.as_deref() == Some(name.as_str()))
+                .and_then(|p| u16::try_from(p.container_port).ok())
+                .ok_or_else(|| format!("couldn't find port: {name:?} in {}", c.name))
+        }
+    }
+}
+
+fn strip_runtime(id: &str) -> &str {
+    id.split_once("://").map_or(id, |(_, rest)| rest)
+}
+
+fn started_at(cs: &ContainerStatus) -> Option<SystemTime> {
+    let t = cs.state.as_ref()?.running.as_ref()?.started_at.as_ref()?;
+    Some(SystemTime::from(t.0))
+}
+
+impl Worker {
+    pub fn new(manager: Arc<ProbeManager>, pod: Arc<Pod>, index: usize, kind: ProbeKind) -> Self {
+        Worker {
+            manager,
+            pod,
+            index,
+            kind,
+            container_id: None,
+            last: Outcome::Unknown,
+            run: 0,
+            on_hold: false,
+        }
+    }
+
+    fn container(&self) -> Option<&Container> {
+        self.pod.spec.as_ref()?.containers.get(self.index)
+    }
+
+    fn labels(&self, result: &'static str) -> [String; 6] {
+        let meta = &self.pod.metadata;
+        [
+            self.kind.name().to_string(),
+            result.to_string(),
+            self.container().map(|c| c.name.clone()).unwrap_or_default(),
+            meta.name.clone().unwrap_or_default(),
+            meta.namespace.clone().unwrap_or_default(),
+            meta.uid.clone().unwrap_or_default(),
+        ]
+    }
+
+    fn count(&self, result: &'static str) {
+        let labels = self.labels(result);
+        let refs: Vec<&str> = labels.iter().map(String::as_str).collect();
+        crate::metrics::probes().inc(&refs);
+    }
+
+    pub async fn run(mut self, cancel: CancellationToken) {
+        let Some(probe) = self.container().and_then(|c| self.kind.of(c)).cloned() else {
+            return;
+        };
+        let t = timing(&probe);
+        let mut ticker = tokio::time::interval(t.period);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                _ = ticker.tick() => {}
+            }
+            let keep_going = tokio::select! {
+                _ = cancel.cancelled() => break,
+                keep = self.step(&probe, &t) => keep,
+            };
+            if !keep_going {
+                break;
+            }
+        }
+        if let Some(id) = &self.container_id {
+            self.manager.results.clear(id, self.kind);
+        }
+        for result in ["successful", "failed", "unknown"] {
+            let labels = self.labels(result);
+            let refs: Vec<&str> = labels.iter().map(String::as_str).collect();
+            crate::metrics::probes().remove(&refs);
+        }
+    }
+
+    fn set(&self, id: &str, outcome: Outcome) {
+        if self.manager.results.set(id, self.kind, outcome) {
+            let uid = self.pod.metadata.uid.clone().unwrap_or_default();
+            if self.manager.changed.try_send(uid).is_err() {
+                debug!("Probe result queue full; the pod's next sync picks the change up");
+            }
+        }
+    }
+
+    /// One period's work; false once the container will never run again.
+    async fn step(&mut self, probe: &Probe, t: &Timing) -> bool {
+        let uid = self.pod.metadata.uid.as_deref().unwrap_or_default();
+        let Some(status) = self.manager.status.status(uid) else {
+            return true;
+        };
+        if matches!(status.phase.as_deref(), Some("Succeeded") | Some("Failed")) {
+            return false;
+        }
+        let Some(spec) = self.container().cloned() else {
+            return false;
+        };
+        let Some(cs) = status
+            .container_statuses
+            .iter()
+            .flatten()
+            .find(|s| s.name == spec.name)
+        else {
+            return true;
+        };
+        let Some(id) = cs.container_id.as_deref().map(strip_runtime) else {
+            return true;
+        };
+        if self.container_id.as_deref() != Some(id) {
+            if let Some(old) = self.container_id.take() {
+                self.manager.results.clear(&old, self.kind);
+            }
+            self.container_id = Some(id.to_string());
+            self.set(id, self.kind.initial());
+            self.last = Outcome::Unknown;
+            self.run = 0;
+            self.on_hold = false;
+        }
+        if self.on_hold {
+            return true;
+        }
+        let Some(started) = started_at(cs) else {
+            // Not running: not ready, and nothing to probe.
+            if self.kind == ProbeKind::Readiness {
+                self.set(id, Outcome::Failure);
+            }
+            let never_again = self
+                .pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.restart_policy.as_deref())
+                == Some("Never")
+                && cs.state.as_ref().is_some_and(|s| s.terminated.is_some());
+            return !never_again;
+        };
+        let startup = self.manager.results.get(id).startup;
+        match self.kind {
+            // A startup probe holds the others back until it succeeds...
+            ProbeKind::Liveness | ProbeKind::Readiness
+                if spec.startup_probe.is_some() && startup != Some(Outcome::Success) =>
+            {
+                return true;
+            }
+            // ...and has nothing more to say once it has.
+            ProbeKind::Startup if startup == Some(Outcome::Success) => return true,
+            _ => {}
+        }
+        if SystemTime::now()
+            .duration_since(started)
+            .is_ok_and(|up| up < t.initial_delay)
+        {
+            return true;
+        }
+
+        let (outcome, output) = self.probe_once(probe, &spec, &status, id, t.timeout).await;
+        match outcome {
+            Outcome::Success => self.count("successful"),
+            Outcome::Failure => self.count("failed"),
+            Outcome::Unknown => self.count("unknown"),
+        }
+        if outcome == Outcome::Failure {
+            let message = format!("{} probe failed: {output}", self.kind.name());
+            self.manager
+                .events
+                .pod(&self.pod, EventType::Warning, "Unhealthy", &message);
+        }
+        if outcome == self.last {
+            self.run += 1;
+        } else {
+            self.last = outcome;
+            self.run = 1;
+        }
+        let needed = match outcome {
+            Outcome::Success => t.success_threshold,
+            Outcome::Failure => t.failure_threshold,
+            Outcome::Unknown => return true,
+        };
+        if self.run < needed {
+            return true;
+        }
+        self.set(id, outcome);
+        if outcome == Outcome::Failure && self.kind != ProbeKind::Readiness {
+            // The sync loop restarts the container; probe its successor.
+            self.on_hold = true;
+            self.run = 0;
+        }
+        true
+    }
+
+    async fn probe_once(
+        &self,
+        probe: &Probe,
+        spec: &Container,
+        status: &k8s_openapi::api::core::v1::PodStatus,
+        container_id: &str,
+        timeout: Duration,
+    ) -> (Outcome, String) {
+        let pod_ip = status.pod_ip.clone().unwrap_or_default();
+        if let Some(e) = &probe.exec {
+            let cmd = e.command.clone().unwrap_or_default();
+            return super::exec::run(&self.manager.cri, container_id, cmd, timeout).await;
+        }
+        if let Some(h) = &probe.http_get {
+            let port = match resolve_port(&h.port, spec) {
+                Ok(p) => p,
+                Err(e) => return (Outcome::Failure, e),
+            };
+            let target = super::http::Target::of(h, &pod_ip, port);
+            return super::http::run(target, timeout).await;
+        }
+        if let Some(tcp) = &probe.tcp_socket {
+            let port = match resolve_port(&tcp.port, spec) {
+                Ok(p) => p,
+                Err(e) => return (Outcome::Failure, e),
+            };
+            let host = tcp.host.clone().filter(|h| !h.is_empty()).unwrap_or(pod_ip);
+            return super::tcp::run(&host, port, timeout).await;
+        }
+        if let Some(g) = &probe.grpc {
+            let Ok(port) = u16::try_from(g.port) else {
+                return (Outcome::Failure, format!("invalid port number: {}", g.port));
+            };
+            let service = g.service.clone().unwrap_or_default();
+            return super::grpc::run(&pod_ip, port, &service, timeout).await;
+        }
+        warn!(container = %spec.name, "Probe has no handler");
+        (Outcome::Unknown, "missing probe handler".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ContainerPort;
+
+    #[test]
+    fn ports_by_number_or_name() {
+        let c = Container {
+            name: "c".into(),
+            ports: Some(vec![ContainerPort {
+                name: Some("http".into()),
+                container_port: 8080,
+                ..Default::default()
+            }]),
+            ..Default::default()
+        };
+        assert_eq!(resolve_port(&IntOrString::Int(80), &c), Ok(80));
+        assert_eq!(
+            resolve_port(&IntOrString::String("http".into()), &c),
+            Ok(8080)
+        );
+        assert!(resolve_port(&IntOrString::String("nope".into()), &c).is_err());
+        assert!(resolve_port(&IntOrString::Int(0), &c).is_err());
+    }
+
+    #[test]
+    fn timing_defaults_follow_upstream() {
+        let t = timing(&Probe::default());
+        assert_eq!(t.period, Duration::from_secs(10));
+        assert_eq!(t.timeout, Duration::from_secs(1));
+        assert_eq!((t.success_threshold, t.failure_threshold), (1, 3));
+    }
+}

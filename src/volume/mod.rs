@@ -1,0 +1,522 @@
+//! The volume manager: before a pod's containers start, and again on every sync while it runs,
+//! it sets up each volume the pod's containers mount, on the host under the pod's folder, as
+//! upstream lays them out. The API reads volumes need happen here; the runtime manager only
+//! receives the folders (`PodVolumes`) and turns them into CRI mounts.
+//!
+//! The volumes the kubelet writes itself (configMap, secret, downwardAPI, projected) are
+//! rewritten on every sync, atomically and only when their contents changed, so updates to the
+//! objects and to the pod's labels and annotations reach running containers within a sync
+//! period, as upstream's remount does.
+
+pub mod atomic_writer;
+pub mod contents;
+pub mod empty_dir;
+pub mod etc_hosts;
+pub mod host_path;
+pub mod mounts;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{Pod, Volume};
+use tracing::{debug, warn};
+
+use crate::events::{EventRecorder, EventType};
+use crate::fieldpath::NodeAllocatable;
+use atomic_writer::{FileEntry, Ownership};
+
+/// Each volume plugin's folder under `<pod>/volumes/`, upstream's names.
+pub const EMPTY_DIR: &str = "kubernetes.io~empty-dir";
+const CONFIG_MAP: &str = "kubernetes.io~configmap";
+const SECRET: &str = "kubernetes.io~secret";
+const DOWNWARD_API: &str = "kubernetes.io~downward-api";
+const PROJECTED: &str = "kubernetes.io~projected";
+/// The plugins whose folders are a tmpfs this kubelet mounted (and may unmount).
+const TMPFS_PLUGINS: [&str; 4] = [EMPTY_DIR, SECRET, DOWNWARD_API, PROJECTED];
+
+#[derive(Debug, thiserror::Error)]
+pub enum VolumeError {
+    /// Upstream's wording, which users search for.
+    #[error("MountVolume.SetUp failed for volume \"{volume}\" : {reason}")]
+    SetUp { volume: String, reason: String },
+    #[error("blocking task failed: {0}")]
+    Blocking(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0} is still mounted; the pod folder is left in place")]
+    StillMounted(String),
+}
+
+/// Building one container's mounts from the prepared volumes.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    #[error("volume {0:?} is not set up")]
+    NotSetUp(String),
+    #[error("volumeMount {mount:?}: invalid subPath {sub_path:?}")]
+    SubPath { mount: String, sub_path: String },
+    #[error("error SubPath `{0}` must not be an absolute path")]
+    SubPathAbsolute(String),
+    #[error("unable to provision SubPath `{0}`: must not contain '..'")]
+    SubPathBacksteps(String),
+    #[error("{0}")]
+    SubPathExpr(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Where each volume of a pod is on the host, by volume name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodVolumes {
+    dirs: BTreeMap<String, PathBuf>,
+}
+
+impl PodVolumes {
+    pub fn path(&self, volume: &str) -> Option<&Path> {
+        self.dirs.get(volume).map(PathBuf::as_path)
+    }
+
+    pub fn insert(&mut self, volume: &str, path: PathBuf) {
+        self.dirs.insert(volume.to_string(), path);
+    }
+}
+
+pub use crate::runtime::paths::pod_dir;
+
+pub fn volume_dir(pod_dir: &Path, plugin: &str, volume: &str) -> PathBuf {
+    pod_dir.join("volumes").join(plugin).join(volume)
+}
+
+/// The names of the volumes some container mounts: like upstream, a volume no container uses
+/// is not set up.
+fn used_volumes(pod: &Pod) -> BTreeSet<&str> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return BTreeSet::new();
+    };
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .flat_map(|c| c.volume_mounts.iter().flatten())
+        .map(|m| m.name.as_str())
+        .collect()
+}
+
+fn kind_name(v: &Volume) -> &'static str {
+    match v {
+        v if v.persistent_volume_claim.is_some() => "persistentVolumeClaim",
+        v if v.csi.is_some() => "csi",
+        v if v.nfs.is_some() => "nfs",
+        v if v.ephemeral.is_some() => "ephemeral",
+        v if v.image.is_some() => "image",
+        _ => "this kind of",
+    }
+}
+
+/// What setting up one volume takes, decided (and fetched) before the blocking file work.
+enum Plan {
+    HostPath {
+        path: String,
+        kind: String,
+    },
+    EmptyDir {
+        memory: bool,
+    },
+    Write {
+        plugin: &'static str,
+        files: Vec<FileEntry>,
+    },
+    /// The contents could not be had; an earlier copy, if there is one, stays in use.
+    FetchFailed {
+        plugin: &'static str,
+        reason: String,
+    },
+    Unsupported(&'static str),
+}
+
+fn written_plugin(v: &Volume) -> &'static str {
+    if v.secret.is_some() {
+        SECRET
+    } else if v.config_map.is_some() {
+        CONFIG_MAP
+    } else if v.downward_api.is_some() {
+        DOWNWARD_API
+    } else {
+        PROJECTED
+    }
+}
+
+/// A volume that could not be set up (or refreshed) this time.
+struct Failure {
+    volume: String,
+    reason: String,
+    /// An earlier setup is in place and stays in use.
+    stale_copy_in_use: bool,
+}
+
+#[derive(Default)]
+struct Applied {
+    volumes: PodVolumes,
+    failures: Vec<Failure>,
+}
+
+fn apply(pod_dir: &Path, plans: Vec<(String, Plan)>, own: Ownership) -> Applied {
+    let mut out = Applied::default();
+    for (name, plan) in plans {
+        // On failure: why, and the earlier copy that stays in use, if any.
+        let result: Result<PathBuf, (String, Option<PathBuf>)> = match plan {
+            Plan::HostPath { path, kind } => host_path::prepare(&path, &kind)
+                .map(|()| PathBuf::from(path))
+                .map_err(|e| (e.to_string(), None)),
+            Plan::EmptyDir { memory } => {
+                let dir = empty_dir::path(pod_dir, &name);
+                empty_dir::prepare(&dir, memory)
+                    .map(|()| dir.clone())
+                    .map_err(|e| (format!("{}: {e}", dir.display()), None))
+            }
+            Plan::Write { plugin, files } => {
+                let dir = volume_dir(pod_dir, plugin, &name);
+                write_volume(&dir, plugin, &files, own).map(|()| dir)
+            }
+            Plan::FetchFailed { plugin, reason } => {
+                let dir = volume_dir(pod_dir, plugin, &name);
+                Err((reason, has_copy(&dir).then_some(dir)))
+            }
+            Plan::Unsupported(kind) => Err((
+                format!("{kind} volumes are not supported by this version of kubelet-rs"),
+                None,
+            )),
+        };
+        match result {
+            Ok(dir) => out.volumes.insert(&name, dir),
+            Err((reason, stale)) => {
+                let stale_copy_in_use = stale.is_some();
+                if let Some(dir) = stale {
+                    out.volumes.insert(&name, dir);
+                }
+                out.failures.push(Failure {
+                    volume: name,
+                    reason,
+                    stale_copy_in_use,
+                });
+            }
+        }
+    }
+    out
+}
+
+fn has_copy(dir: &Path) -> bool {
+    dir.join("..data").exists()
+}
+
+fn write_volume(
+    dir: &Path,
+    plugin: &str,
+    files: &[FileEntry],
+    own: Ownership,
+) -> Result<(), (String, Option<PathBuf>)> {
+    let had_copy = has_copy(dir);
+    let fail = |reason: String| (reason, had_copy.then(|| dir.to_path_buf()));
+    // Secrets never touch the disk; downwardAPI and projected volumes are a tmpfs upstream too.
+    let memory = plugin != CONFIG_MAP;
+    empty_dir::prepare(dir, memory).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
+    match atomic_writer::write(dir, files, own) {
+        Ok(changed) => {
+            if changed && had_copy {
+                debug!(volume = %dir.display(), "Volume contents updated");
+            }
+            Ok(())
+        }
+        Err(e) => Err(fail(e.to_string())),
+    }
+}
+
+pub struct VolumeManager {
+    root_dir: PathBuf,
+    client: Option<kube::Client>,
+    node: NodeAllocatable,
+    events: EventRecorder,
+}
+
+impl VolumeManager {
+    pub fn new(
+        root_dir: PathBuf,
+        client: Option<kube::Client>,
+        node: NodeAllocatable,
+        events: EventRecorder,
+    ) -> Self {
+        VolumeManager {
+            root_dir,
+            client,
+            node,
+            events,
+        }
+    }
+
+    pub fn pod_dir(&self, uid: &str) -> PathBuf {
+        pod_dir(&self.root_dir, uid)
+    }
+
+    /// Sets up (or refreshes) every volume the pod's containers mount. A volume that cannot
+    /// be set up is a `FailedMount` event and an error, unless an earlier copy of it is in
+    /// place: then the containers keep that one and the next sync tries again.
+    pub async fn setup(&self, pod: &Pod) -> Result<PodVolumes, VolumeError> {
+        let used = used_volumes(pod);
+        let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_deref());
+        let mut plans = Vec::new();
+        for v in volumes
+            .unwrap_or(&[])
+            .iter()
+            .filter(|v| used.contains(v.name.as_str()))
+        {
+            let plan = if let Some(hp) = &v.host_path {
+                Plan::HostPath {
+                    path: hp.path.clone(),
+                    kind: hp.type_.clone().unwrap_or_default(),
+                }
+            } else if let Some(e) = &v.empty_dir {
+                Plan::EmptyDir {
+                    memory: e.medium.as_deref() == Some("Memory"),
+                }
+            } else if contents::is_written(v) {
+                let plugin = written_plugin(v);
+                match contents::files(self.client.as_ref(), pod, v, self.node).await {
+                    Ok(files) => Plan::Write { plugin, files },
+                    Err(e) => Plan::FetchFailed {
+                        plugin,
+                        reason: e.to_string(),
+                    },
+                }
+            } else {
+                Plan::Unsupported(kind_name(v))
+            };
+            plans.push((v.name.clone(), plan));
+        }
+        let own = Ownership {
+            fs_group: pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.security_context.as_ref())
+                .and_then(|sc| sc.fs_group)
+                .and_then(|g| u32::try_from(g).ok()),
+        };
+        let dir = self.pod_dir(pod.metadata.uid.as_deref().unwrap_or_default());
+        let applied = tokio::task::spawn_blocking(move || apply(&dir, plans, own))
+            .await
+            .map_err(|e| VolumeError::Blocking(e.to_string()))?;
+        let mut first_blocking = None;
+        for f in applied.failures {
+            let err = VolumeError::SetUp {
+                volume: f.volume,
+                reason: f.reason,
+            };
+            self.events
+                .pod(pod, EventType::Warning, "FailedMount", &err.to_string());
+            if f.stale_copy_in_use {
+                warn!(%err, "Keeping the volume's earlier contents");
+            } else if first_blocking.is_none() {
+                first_blocking = Some(err);
+            }
+        }
+        match first_blocking {
+            Some(err) => Err(err),
+            None => Ok(applied.volumes),
+        }
+    }
+
+    /// Removes the pod's folder once its containers are gone.
+    pub async fn teardown(&self, uid: &str) -> Result<(), VolumeError> {
+        let dir = self.pod_dir(uid);
+        tokio::task::spawn_blocking(move || remove_pod_dir(&dir))
+            .await
+            .map_err(|e| VolumeError::Blocking(e.to_string()))?
+    }
+}
+
+/// Unmounts the tmpfs volumes this kubelet mounted and removes the pod's folder, refusing to
+/// descend into any other mount (a volume still mounted there must not lose its contents).
+pub fn remove_pod_dir(pod_dir: &Path) -> Result<(), VolumeError> {
+    if !pod_dir.exists() {
+        return Ok(());
+    }
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let prefix = format!("{}/", pod_dir.to_string_lossy());
+    let mounted: Vec<PathBuf> = mountinfo
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|mp| mp.starts_with(&prefix))
+        .map(PathBuf::from)
+        .collect();
+    let ours: Vec<PathBuf> = TMPFS_PLUGINS
+        .iter()
+        .map(|k| pod_dir.join("volumes").join(k))
+        .collect();
+    for mp in &mounted {
+        if !mp.parent().is_some_and(|p| ours.iter().any(|o| o == p)) {
+            return Err(VolumeError::StillMounted(mp.to_string_lossy().into_owned()));
+        }
+        crate::sys::unmount_detach(mp).map_err(|source| VolumeError::Io {
+            path: mp.clone(),
+            source,
+        })?;
+    }
+    std::fs::remove_dir_all(pod_dir).map_err(|source| VolumeError::Io {
+        path: pod_dir.to_path_buf(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        ConfigMapVolumeSource, Container, DownwardAPIVolumeFile, DownwardAPIVolumeSource,
+        EmptyDirVolumeSource, HostPathVolumeSource, ObjectFieldSelector, PodSpec, VolumeMount,
+    };
+
+    fn volume(name: &str) -> Volume {
+        Volume {
+            name: name.into(),
+            ..Default::default()
+        }
+    }
+
+    fn pod(volumes: Vec<Volume>, mounted: &[&str]) -> Pod {
+        let mut pod = Pod::default();
+        pod.metadata.uid = Some("u1".into());
+        pod.metadata.name = Some("web".into());
+        pod.spec = Some(PodSpec {
+            containers: vec![Container {
+                name: "c".into(),
+                volume_mounts: Some(
+                    mounted
+                        .iter()
+                        .map(|m| VolumeMount {
+                            name: m.to_string(),
+                            mount_path: format!("/{m}"),
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+                ..Default::default()
+            }],
+            volumes: Some(volumes),
+            ..Default::default()
+        });
+        pod
+    }
+
+    fn manager(root: &Path) -> VolumeManager {
+        VolumeManager::new(
+            root.to_path_buf(),
+            None,
+            NodeAllocatable::default(),
+            EventRecorder::default(),
+        )
+    }
+
+    #[tokio::test]
+    async fn sets_up_used_volumes_and_names_what_it_cannot() {
+        let root = tempfile::tempdir().unwrap();
+        let host = root.path().join("data");
+        let mut hp = volume("data");
+        hp.host_path = Some(HostPathVolumeSource {
+            path: host.to_string_lossy().into(),
+            type_: Some("DirectoryOrCreate".into()),
+        });
+        let mut scratch = volume("scratch");
+        scratch.empty_dir = Some(EmptyDirVolumeSource::default());
+        let mut unused = volume("unused");
+        unused.config_map = Some(ConfigMapVolumeSource {
+            name: "nowhere".into(),
+            ..Default::default()
+        });
+        let m = manager(root.path());
+        let p = pod(vec![hp, scratch, unused], &["data", "scratch"]);
+        let vols = m.setup(&p).await.unwrap();
+        assert!(host.is_dir(), "DirectoryOrCreate did not create the folder");
+        assert_eq!(vols.path("data"), Some(host.as_path()));
+        let scratch_dir = m
+            .pod_dir("u1")
+            .join("volumes/kubernetes.io~empty-dir/scratch");
+        assert_eq!(vols.path("scratch"), Some(scratch_dir.as_path()));
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&scratch_dir)
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(
+            mode & 0o7777,
+            0o777,
+            "an emptyDir is writable by every user"
+        );
+        assert_eq!(
+            vols.path("unused"),
+            None,
+            "a volume nobody mounts is left alone"
+        );
+
+        let mut pvc = volume("claim");
+        pvc.persistent_volume_claim = Some(Default::default());
+        let err = m.setup(&pod(vec![pvc], &["claim"])).await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "MountVolume.SetUp failed for volume \"claim\" : persistentVolumeClaim volumes are not supported by this version of kubelet-rs"
+        );
+        let mut cm = volume("cfg");
+        cm.config_map = Some(ConfigMapVolumeSource {
+            name: "x".into(),
+            ..Default::default()
+        });
+        let err = m.setup(&pod(vec![cm], &["cfg"])).await.unwrap_err();
+        assert!(err.to_string().contains("needs an API server"), "{err}");
+
+        m.teardown("u1").await.unwrap();
+        assert!(!m.pod_dir("u1").exists());
+        assert!(host.is_dir(), "hostPath data must survive pod removal");
+    }
+
+    #[tokio::test]
+    async fn downward_api_follows_label_changes() {
+        if !running_as_root() {
+            // The downwardAPI folder is a tmpfs: mounting one needs root.
+            return;
+        }
+        let root = tempfile::tempdir().unwrap();
+        let mut d = volume("podinfo");
+        d.downward_api = Some(DownwardAPIVolumeSource {
+            items: Some(vec![DownwardAPIVolumeFile {
+                path: "labels".into(),
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: "metadata.labels".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        let m = manager(root.path());
+        let mut p = pod(vec![d], &["podinfo"]);
+        p.metadata.labels = Some([("a".to_string(), "1".to_string())].into());
+        let vols = m.setup(&p).await.unwrap();
+        let file = vols.path("podinfo").unwrap().join("labels");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "a=\"1\"");
+        p.metadata.labels = Some([("a".to_string(), "2".to_string())].into());
+        m.setup(&p).await.unwrap();
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "a=\"2\"");
+        m.teardown("u1").await.unwrap();
+        assert!(!m.pod_dir("u1").exists());
+    }
+
+    fn running_as_root() -> bool {
+        use std::os::unix::fs::MetadataExt;
+        // /proc/self belongs to the process's effective user.
+        std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+    }
+}
