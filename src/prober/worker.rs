@@ -127,9 +127,11 @@ impl Worker {
                 _ = cancel.cancelled() => break,
                 _ = ticker.tick() => {}
             }
+            // Boxed: a probe in flight needs kilobytes (HTTP, TLS, gRPC state), a waiting
+            // worker should not carry that space between periods.
             let keep_going = tokio::select! {
                 _ = cancel.cancelled() => break,
-                keep = self.step(&probe, &t) => keep,
+                keep = Box::pin(self.step(&probe, &t)) => keep,
             };
             if !keep_going {
                 break;
@@ -330,5 +332,24 @@ mod tests {
         assert_eq!(t.period, Duration::from_secs(10));
         assert_eq!(t.timeout, Duration::from_secs(1));
         assert_eq!((t.success_threshold, t.failure_threshold), (1, 3));
+    }
+}
+#[cfg(test)]
+mod size_tests {
+    /// A waiting worker is its future: keep probes cheap (the HTTP/TLS/gRPC state of a probe
+    /// in flight is boxed apart).
+    #[tokio::test]
+    async fn an_idle_worker_stays_small() {
+        let cri = crate::cri::fake::FakeCri::start(std::time::Duration::from_secs(1)).await;
+        let (m, _rx) = super::ProbeManager::new(
+            cri.client.clone(),
+            std::sync::Arc::new(crate::status::StatusStore::default()),
+            crate::events::EventRecorder::default(),
+        );
+        let pod = std::sync::Arc::new(k8s_openapi::api::core::v1::Pod::default());
+        let w = super::Worker::new(m, pod, 0, super::ProbeKind::Readiness);
+        let fut = w.run(tokio_util::sync::CancellationToken::new());
+        let size = std::mem::size_of_val(&fut);
+        assert!(size <= 1024, "an idle probe worker takes {size} bytes");
     }
 }

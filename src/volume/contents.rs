@@ -1,6 +1,7 @@
 //! The files of the volumes whose contents the kubelet writes: configMap and secret (read from
 //! the API server: the Node authorizer lets a kubelet read those of its own pods),
-//! downwardAPI (from the pod itself), and projected volumes made of those sources.
+//! downwardAPI (from the pod itself), and projected volumes made of those sources and of
+//! service account tokens (the TokenRequest API, through the token cache).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -11,6 +12,7 @@ use k8s_openapi::api::core::v1::{
 use kube::api::Api;
 
 use super::atomic_writer::FileEntry;
+use super::tokens::TokenCache;
 use crate::fieldpath::{self, NodeAllocatable};
 
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -207,6 +209,7 @@ pub async fn files(
     pod: &Pod,
     v: &Volume,
     node: NodeAllocatable,
+    tokens: &TokenCache,
 ) -> Result<Vec<FileEntry>, ContentsError> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     if let Some(s) = &v.secret {
@@ -264,8 +267,21 @@ pub async fn files(
                 mode,
                 node,
             )?);
-        } else if src.service_account_token.is_some() {
-            return Err(ContentsError::Unsupported("serviceAccountToken"));
+        } else if let Some(t) = &src.service_account_token {
+            let client = client.ok_or(ContentsError::NoApiServer)?;
+            let expiration = t
+                .expiration_seconds
+                .unwrap_or(super::tokens::DEFAULT_EXPIRATION_SECONDS);
+            let audience = t.audience.as_deref().unwrap_or_default();
+            let token = tokens
+                .token(client, pod, audience, expiration)
+                .await
+                .map_err(ContentsError::Api)?;
+            files.push(FileEntry {
+                path: t.path.clone(),
+                data: token.into_bytes(),
+                mode: mode_bits(mode),
+            });
         } else if src.cluster_trust_bundle.is_some() {
             return Err(ContentsError::Unsupported("clusterTrustBundle"));
         } else {
@@ -381,7 +397,8 @@ mod tests {
             cpu_millis: 2000,
             memory_bytes: 1 << 30,
         };
-        let got = files(None, &pod, &v, node).await.unwrap();
+        let tokens = TokenCache::default();
+        let got = files(None, &pod, &v, node, &tokens).await.unwrap();
         let view: Vec<(&str, &str, u32)> = got
             .iter()
             .map(|f| {
@@ -409,7 +426,7 @@ mod tests {
             }),
             ..v
         };
-        let err = files(None, &pod, &bad, node).await.unwrap_err();
+        let err = files(None, &pod, &bad, node, &tokens).await.unwrap_err();
         assert!(err.to_string().contains("status.podIP"), "{err}");
     }
 }

@@ -14,6 +14,7 @@ pub mod empty_dir;
 pub mod etc_hosts;
 pub mod host_path;
 pub mod mounts;
+pub mod tokens;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -242,6 +243,7 @@ pub struct VolumeManager {
     client: Option<kube::Client>,
     node: NodeAllocatable,
     events: EventRecorder,
+    tokens: tokens::TokenCache,
 }
 
 impl VolumeManager {
@@ -256,6 +258,7 @@ impl VolumeManager {
             client,
             node,
             events,
+            tokens: tokens::TokenCache::default(),
         }
     }
 
@@ -286,7 +289,9 @@ impl VolumeManager {
                 }
             } else if contents::is_written(v) {
                 let plugin = written_plugin(v);
-                match contents::files(self.client.as_ref(), pod, v, self.node).await {
+                let got =
+                    contents::files(self.client.as_ref(), pod, v, self.node, &self.tokens).await;
+                match got {
                     Ok(files) => Plan::Write { plugin, files },
                     Err(e) => Plan::FetchFailed {
                         plugin,
@@ -332,6 +337,7 @@ impl VolumeManager {
 
     /// Removes the pod's folder once its containers are gone.
     pub async fn teardown(&self, uid: &str) -> Result<(), VolumeError> {
+        self.tokens.forget_pod(uid);
         let dir = self.pod_dir(uid);
         tokio::task::spawn_blocking(move || remove_pod_dir(&dir))
             .await

@@ -1,0 +1,133 @@
+//! Projected service account tokens through the real API server: the `kube-api-access-*`
+//! volume v1.22+ API servers inject (a bound token, `kube-root-ca.crt`, the namespace), and a
+//! token for a chosen audience. Each token is a JWT the API server accepts in a TokenReview.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+
+const NODE: &str = "krs-token-node";
+const POD: &str = "krs-projected-token";
+
+async fn review(client: &kube::Client, token: &str, audience: Option<&str>) -> (bool, String) {
+    let reviews: Api<TokenReview> = Api::all(client.clone());
+    let review = TokenReview {
+        spec: TokenReviewSpec {
+            token: Some(token.to_string()),
+            audiences: audience.map(|a| vec![a.to_string()]),
+        },
+        ..Default::default()
+    };
+    let done = reviews
+        .create(&PostParams::default(), &review)
+        .await
+        .expect("TokenReview");
+    let status = done.status.unwrap_or_default();
+    let user = status.user.and_then(|u| u.username).unwrap_or_default();
+    (status.authenticated.unwrap_or(false), user)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn projected_tokens_are_bound_and_accepted() {
+    let client = admin_client().await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let gone = DeleteParams::default().grace_period(0);
+    let _ = pods.delete(POD, &gone).await;
+
+    let mut k = Kubelet::new("projected-token");
+    k.start_as_node(NODE, &[]);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": POD},
+        "spec": {
+            "nodeName": NODE,
+            "terminationGracePeriodSeconds": 1,
+            "automountServiceAccountToken": false,
+            "containers": [{
+                "name": "main",
+                "image": BUSYBOX,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", "cat /var/run/secrets/kubernetes.io/serviceaccount/namespace; sleep 3600"],
+                "volumeMounts": [
+                    {"name": "kube-api-access-test", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true},
+                    {"name": "aud", "mountPath": "/aud"},
+                ],
+            }],
+            "volumes": [
+                {"name": "kube-api-access-test", "projected": {"defaultMode": 0o644, "sources": [
+                    {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+                    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                    {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+                ]}},
+                {"name": "aud", "projected": {"sources": [
+                    {"serviceAccountToken": {"path": "aud-token", "audience": "krs-audience", "expirationSeconds": 600}},
+                ]}},
+            ],
+        },
+    }))
+    .unwrap();
+    let uid = pods
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    wait_async(Duration::from_secs(60), "the pod to run", || async {
+        let p = pods.get(POD).await.ok()?;
+        (p.status?.phase.as_deref() == Some("Running")).then_some(())
+    })
+    .await;
+
+    let projected = k
+        .root_dir
+        .join("pods")
+        .join(&uid)
+        .join("volumes/kubernetes.io~projected");
+    let access = projected.join("kube-api-access-test");
+    let token = std::fs::read_to_string(access.join("token")).expect("token file");
+    assert_eq!(token.split('.').count(), 3, "a JWT: {token}");
+    let ca = std::fs::read_to_string(access.join("ca.crt")).expect("ca.crt");
+    assert!(ca.starts_with("-----BEGIN CERTIFICATE-----"), "{ca}");
+    assert_eq!(
+        std::fs::read_to_string(access.join("namespace")).unwrap(),
+        "default"
+    );
+    let (ok, user) = review(&client, &token, None).await;
+    assert!(ok, "the API server rejects the projected token");
+    assert_eq!(user, "system:serviceaccount:default:default");
+
+    let aud = std::fs::read_to_string(projected.join("aud/aud-token")).expect("aud-token");
+    assert_ne!(aud, token);
+    assert!(review(&client, &aud, Some("krs-audience")).await.0);
+    assert!(
+        !review(&client, &aud, None).await.0,
+        "a token for another audience is not one for the API server"
+    );
+
+    // The same token is handed out again on later syncs (it is far from its refresh point).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        std::fs::read_to_string(access.join("token")).unwrap(),
+        token
+    );
+
+    // The token is bound to the pod: once the pod is gone, the API server refuses it.
+    let _ = pods.delete(POD, &gone).await;
+    wait_async(Duration::from_secs(60), "the pod to go", || async {
+        pods.get_opt(POD).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    wait_async(
+        Duration::from_secs(30),
+        "the bound token to be refused",
+        || async { (!review(&client, &token, None).await.0).then_some(()) },
+    )
+    .await;
+    k.cleanup();
+}
