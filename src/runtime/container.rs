@@ -162,9 +162,7 @@ fn security_context(pod: &Pod, container: &Container) -> api::LinuxContainerSecu
         readonly_rootfs: csc
             .and_then(|s| s.read_only_root_filesystem)
             .unwrap_or(false),
-        supplemental_groups: psc
-            .and_then(|s| s.supplemental_groups.clone())
-            .unwrap_or_default(),
+        supplemental_groups: super::sandbox::supplemental_groups(psc),
         no_new_privs: csc
             .and_then(|s| s.allow_privilege_escalation)
             .map(|allow| !allow)

@@ -97,9 +97,7 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, p: &SandboxParams<'_>) -> api::Po
         run_as_group: psc
             .and_then(|s| s.run_as_group)
             .map(|value| api::Int64Value { value }),
-        supplemental_groups: psc
-            .and_then(|s| s.supplemental_groups.clone())
-            .unwrap_or_default(),
+        supplemental_groups: supplemental_groups(psc),
         // Runtimes refuse privileged containers in an unprivileged sandbox.
         privileged: has_privileged_container(pod),
         ..Default::default()
@@ -164,9 +162,35 @@ pub fn protocol(p: Option<&str>) -> api::Protocol {
     }
 }
 
+/// The pod's `fsGroup` first, then its `supplementalGroups`, as upstream hands them to the
+/// runtime: a container must be able to read what the volumes give to its fsGroup.
+pub fn supplemental_groups(
+    psc: Option<&k8s_openapi::api::core::v1::PodSecurityContext>,
+) -> Vec<i64> {
+    let Some(psc) = psc else {
+        return vec![];
+    };
+    psc.fs_group
+        .into_iter()
+        .chain(psc.supplemental_groups.iter().flatten().copied())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fs_group_comes_first_among_supplemental_groups() {
+        use k8s_openapi::api::core::v1::PodSecurityContext;
+        assert!(supplemental_groups(None).is_empty());
+        let psc = PodSecurityContext {
+            fs_group: Some(1001),
+            supplemental_groups: Some(vec![5, 6]),
+            ..Default::default()
+        };
+        assert_eq!(supplemental_groups(Some(&psc)), vec![1001, 5, 6]);
+    }
     use k8s_openapi::api::core::v1::PodSpec;
 
     #[test]
