@@ -107,16 +107,18 @@ pub fn view(spec: &Container, running: bool, verdicts: Option<&Verdicts>) -> Pro
 }
 
 /// Why a running container must be restarted, with upstream's message, if its liveness or
-/// startup probe failed.
-pub fn restart_reason(name: &str, verdicts: Option<&Verdicts>) -> Option<String> {
+/// startup probe failed; and the probe's own grace period for the stop, if it sets one.
+pub fn restart_reason(c: &Container, verdicts: Option<&Verdicts>) -> Option<(String, Option<i64>)> {
     let v = verdicts?;
-    if v.startup == Some(Outcome::Failure) {
-        Some(format!("Container {name} failed startup probe"))
+    let (kind, probe) = if v.startup == Some(Outcome::Failure) {
+        ("startup", c.startup_probe.as_ref())
     } else if v.liveness == Some(Outcome::Failure) {
-        Some(format!("Container {name} failed liveness probe"))
+        ("liveness", c.liveness_probe.as_ref())
     } else {
-        None
-    }
+        return None;
+    };
+    let grace = probe.and_then(|p| p.termination_grace_period_seconds);
+    Some((format!("Container {} failed {kind} probe", c.name), grace))
 }
 
 pub struct ProbeManager {

@@ -58,6 +58,9 @@ pub struct KillAction {
     pub name: String,
     /// The `Killing` event's message.
     pub message: String,
+    /// A grace period of its own (a failed probe's `terminationGracePeriodSeconds`) instead
+    /// of the pod's.
+    pub grace: Option<i64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -218,6 +221,7 @@ pub fn compute_pod_actions(
                     container_id: s.id.clone(),
                     name: c.name.clone(),
                     message: format!("Stopping container {} (container is not running)", c.name),
+                    grace: None,
                 });
                 actions.start.push(StartAction {
                     kind: ContainerKind::Init,
@@ -275,6 +279,7 @@ pub fn compute_pod_actions(
                             "Container {} definition changed, will be restarted",
                             c.name
                         ),
+                        grace: None,
                     });
                     actions.start.push(StartAction {
                         kind: ContainerKind::Regular,
@@ -282,7 +287,7 @@ pub fn compute_pod_actions(
                         restart_count: s.attempt + 1,
                         backoff_key: None,
                     });
-                } else if let Some(why) = prober::restart_reason(&c.name, probes.get(&s.id)) {
+                } else if let Some((why, grace)) = prober::restart_reason(c, probes.get(&s.id)) {
                     // Stopped now; restarted (with the usual backoff) if the policy allows,
                     // like any container that exits.
                     let message = if policy == RestartPolicy::Never {
@@ -294,6 +299,7 @@ pub fn compute_pod_actions(
                         container_id: s.id.clone(),
                         name: c.name.clone(),
                         message,
+                        grace,
                     });
                     any_running = true;
                 } else {
@@ -319,6 +325,7 @@ pub fn compute_pod_actions(
                     container_id: s.id.clone(),
                     name: c.name.clone(),
                     message: format!("Stopping container {} (container is not running)", c.name),
+                    grace: None,
                 });
                 actions.start.push(StartAction {
                     kind: ContainerKind::Regular,
@@ -457,6 +464,7 @@ mod tests {
                 container_id: "a-0".into(),
                 name: "a".into(),
                 message: "Container a failed liveness probe, will be restarted".into(),
+                grace: None,
             }]
         );
         assert!(
@@ -464,10 +472,19 @@ mod tests {
             "the restart follows the exit, with backoff"
         );
         assert!(!a.pod_finished);
-        let never = pod("Never", &[], &["a"]);
+        let mut never = pod("Never", &[], &["a"]);
+        // The probe's own grace period replaces the pod's for this stop.
+        never.spec.as_mut().unwrap().containers[0].startup_probe =
+            Some(k8s_openapi::api::core::v1::Probe {
+                termination_grace_period_seconds: Some(5),
+                ..Default::default()
+            });
+        let mut obs = obs;
+        obs.containers[0].hash = Some(container_hash(&never.spec.as_ref().unwrap().containers[0]));
         let slow = verdicts(Outcome::Success, Some(Outcome::Failure));
         let a = super::compute_pod_actions(&never, &obs, &Backoff::default(), &slow, now());
         assert_eq!(a.kill[0].message, "Container a failed startup probe");
+        assert_eq!(a.kill[0].grace, Some(5));
     }
 
     #[test]

@@ -342,7 +342,8 @@ impl RuntimeManager {
         let kills = actions.kill.iter().map(|k| {
             self.events
                 .pod(pod, EventType::Normal, "Killing", &k.message);
-            self.stop_container(pod, &k.name, &k.container_id, grace_seconds(pod), &pod_ip)
+            let grace = k.grace.unwrap_or_else(|| grace_seconds(pod));
+            self.stop_container(pod, &k.name, &k.container_id, grace, &pod_ip)
         });
         for r in join_all(kills).await {
             r.map_err(cri("StopContainer"))?;
@@ -915,15 +916,6 @@ pub fn unsupported_features(pod: &Pod) -> Vec<&'static str> {
     let mut found = Vec::new();
     if spec.readiness_gates.as_ref().is_some_and(|g| !g.is_empty()) {
         found.push("readinessGates");
-    }
-    let probe_grace = spec
-        .containers
-        .iter()
-        .flat_map(|c| [&c.liveness_probe, &c.startup_probe])
-        .flatten()
-        .any(|p| p.termination_grace_period_seconds.is_some());
-    if probe_grace {
-        found.push("probe-level terminationGracePeriodSeconds");
     }
     found
 }
