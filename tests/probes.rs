@@ -81,7 +81,8 @@ async fn probes_restart_and_gate_readiness() {
         .unwrap();
 
     // httpd serves /www; /www/ok exists from 0 s to 15 s, the startup marker from 3 s.
-    let script = "mkdir -p /www && echo ok > /www/ok && \
+    // (`a && b && (c) &` would put the whole list in the background, racing httpd.)
+    let script = "mkdir -p /www && echo ok > /www/ok; \
         (sleep 3; touch /tmp/started; sleep 12; rm -f /www/ok) & \
         exec httpd -f -p 8080 -h /www";
     let readiness: Pod = serde_json::from_value(json!({
