@@ -189,20 +189,6 @@ impl RuntimeManager {
         &self.events
     }
 
-    /// Says once, as a Warning event, which parts of the spec this version ignores, so nobody
-    /// mistakes an unprobed container for a probed one.
-    pub fn warn_unsupported(&self, pod: &Pod) {
-        let found = unsupported_features(pod);
-        if !found.is_empty() {
-            self.events.pod(
-                pod,
-                EventType::Warning,
-                "Unsupported",
-                &format!("this version of kubelet-rs ignores: {}", found.join(", ")),
-            );
-        }
-    }
-
     /// Everything the runtime knows about one pod, by its UID label.
     pub async fn pod_status(&self, uid: &str) -> Result<ObservedPod, RuntimeError> {
         let selector: HashMap<String, String> =
@@ -906,18 +892,6 @@ impl RuntimeManager {
             .map_err(|e| RuntimeError::Blocking(e.to_string()))??;
         Ok(())
     }
-}
-
-/// Spec features the runtime manager does not act on yet.
-pub fn unsupported_features(pod: &Pod) -> Vec<&'static str> {
-    let Some(spec) = pod.spec.as_ref() else {
-        return vec![];
-    };
-    let mut found = Vec::new();
-    if spec.readiness_gates.as_ref().is_some_and(|g| !g.is_empty()) {
-        found.push("readinessGates");
-    }
-    found
 }
 
 /// The message an exited container leaves: its termination-message file, or with

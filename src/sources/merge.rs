@@ -134,6 +134,11 @@ impl PodConfig {
                         let pod = Arc::new(pod);
                         updates.push(Arc::clone(&pod));
                         current.insert(uid, pod);
+                    } else if gate_conditions_changed(&existing, &pod) {
+                        // Another writer moved a readiness gate's condition: Ready follows.
+                        let pod = Arc::new(pod);
+                        updates.push(Arc::clone(&pod));
+                        current.insert(uid, pod);
                     } else if existing.status != pod.status {
                         // Only status moved (API pods): remember it, nothing to act on.
                         current.insert(uid, Arc::new(pod));
@@ -197,6 +202,23 @@ fn annotations_equal(a: &Pod, b: &Pod) -> bool {
 }
 
 /// Whether the kubelet must act on the change: spec, labels, annotations, or deletion.
+/// Whether the conditions a pod's readiness gates name differ between two versions of it.
+fn gate_conditions_changed(a: &Pod, b: &Pod) -> bool {
+    let Some(gates) = b.spec.as_ref().and_then(|s| s.readiness_gates.as_ref()) else {
+        return false;
+    };
+    let status_of = |p: &Pod, t: &str| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == t))
+            .map(|c| c.status.clone())
+    };
+    gates
+        .iter()
+        .any(|g| status_of(a, &g.condition_type) != status_of(b, &g.condition_type))
+}
+
 fn differs_semantically(a: &Pod, b: &Pod) -> bool {
     a.spec != b.spec
         || a.metadata.labels != b.metadata.labels
@@ -326,6 +348,40 @@ mod tests {
         assert_eq!(
             annotation(&updated[0], CONFIG_SEEN_ANNOTATION),
             Some(&*seen)
+        );
+    }
+
+    #[test]
+    fn readiness_gate_conditions_are_updates() {
+        use k8s_openapi::api::core::v1::{PodCondition, PodReadinessGate};
+        let mut c = PodConfig::new(&["api"]);
+        let mut gated = pod("a", "x:1");
+        gated.spec.as_mut().unwrap().readiness_gates = Some(vec![PodReadinessGate {
+            condition_type: "example.com/ready".into(),
+        }]);
+        c.apply(set("api", vec![gated.clone()]));
+        let with = |type_: &str, status: &str| {
+            let mut p = gated.clone();
+            p.status = Some(PodStatus {
+                conditions: Some(vec![PodCondition {
+                    type_: type_.into(),
+                    status: status.into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            });
+            p
+        };
+        // The kubelet's own conditions moving is nothing to act on...
+        assert!(c.apply(set("api", vec![with("Ready", "False")])).is_empty());
+        // ...the gate's condition appearing or changing is.
+        assert_eq!(
+            summary(&c.apply(set("api", vec![with("example.com/ready", "False")]))),
+            [("update", vec!["a".to_string()])]
+        );
+        assert_eq!(
+            summary(&c.apply(set("api", vec![with("example.com/ready", "True")]))),
+            [("update", vec!["a".to_string()])]
         );
     }
 

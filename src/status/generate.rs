@@ -233,6 +233,34 @@ fn condition(
     }
 }
 
+/// Why the pod's readiness gates hold it back, in upstream's words, if they do.
+fn readiness_gates_unmet(pod: &Pod) -> Option<String> {
+    let gates = pod.spec.as_ref()?.readiness_gates.as_ref()?;
+    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
+    for gate in gates {
+        let found = conditions
+            .into_iter()
+            .flatten()
+            .find(|c| c.type_ == gate.condition_type);
+        match found {
+            None => {
+                return Some(format!(
+                    "corresponding condition of pod readiness gate \"{}\" does not exist.",
+                    gate.condition_type
+                ));
+            }
+            Some(c) if c.status != "True" => {
+                return Some(format!(
+                    "the status of pod readiness gate \"{}\" is not \"True\", but {}",
+                    gate.condition_type, c.status
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    None
+}
+
 /// A regular container that ever ran means the init containers completed at some point.
 fn regular_started(statuses: &[ContainerStatus]) -> bool {
     statuses.iter().any(|s| {
@@ -317,13 +345,34 @@ pub fn generate_pod_status(input: &PodStatusInput<'_>) -> PodStatus {
             )),
         )
     };
-    let conditions = vec![
+    // Readiness gates hold Ready (not ContainersReady) back until the conditions other
+    // writers set on the pod say True.
+    let gated = if ready {
+        readiness_gates_unmet(pod)
+    } else {
+        None
+    };
+    let (pod_ready, pod_ready_reason, pod_ready_msg) = match gated {
+        Some(msg) => (false, Some("ReadinessGatesNotReady"), Some(msg)),
+        None => (ready, ready_reason, ready_msg.clone()),
+    };
+    let mut conditions = vec![
         condition("PodReadyToStartContainers", sandbox_ready, None, None, &now),
         condition("Initialized", initialized, init_reason, init_msg, &now),
-        condition("Ready", ready, ready_reason, ready_msg.clone(), &now),
+        condition("Ready", pod_ready, pod_ready_reason, pod_ready_msg, &now),
         condition("ContainersReady", ready, ready_reason, ready_msg, &now),
         condition("PodScheduled", true, None, None, &now),
     ];
+    // Conditions other writers own (readiness gates, DisruptionTarget, ...) are kept: the
+    // status patch replaces the whole list.
+    let ours: Vec<String> = conditions.iter().map(|c| c.type_.clone()).collect();
+    conditions.extend(
+        pod.status
+            .iter()
+            .flat_map(|s| s.conditions.iter().flatten())
+            .filter(|c| !ours.contains(&c.type_))
+            .cloned(),
+    );
 
     let host_network = spec.host_network.unwrap_or(false);
     let pod_ips: Vec<String> = if host_network {
@@ -456,6 +505,64 @@ mod tests {
             .unwrap();
         assert_eq!(ready.status, "True");
         assert_eq!(s.qos_class.as_deref(), Some("BestEffort"));
+    }
+
+    #[test]
+    fn readiness_gates_hold_ready_and_other_conditions_stay() {
+        use k8s_openapi::api::core::v1::{PodReadinessGate, PodStatus};
+        let mut p = pod("Always");
+        p.spec.as_mut().unwrap().readiness_gates = Some(vec![PodReadinessGate {
+            condition_type: "example.com/ready".into(),
+        }]);
+        let o = observed(vec![info(0, ContainerState::Running, 0)]);
+        let cond = |s: &PodStatus, t: &str| {
+            s.conditions
+                .iter()
+                .flatten()
+                .find(|c| c.type_ == t)
+                .cloned()
+                .unwrap()
+        };
+        let s = status_of(&p, &o, &HashMap::new());
+        let ready = cond(&s, "Ready");
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_deref()),
+            ("False", Some("ReadinessGatesNotReady"))
+        );
+        assert_eq!(
+            ready.message.as_deref(),
+            Some(
+                "corresponding condition of pod readiness gate \"example.com/ready\" does not exist."
+            )
+        );
+        assert_eq!(cond(&s, "ContainersReady").status, "True");
+
+        let set_gate = |p: &mut Pod, status: &str| {
+            p.status = Some(PodStatus {
+                conditions: Some(vec![PodCondition {
+                    type_: "example.com/ready".into(),
+                    status: status.into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            });
+        };
+        set_gate(&mut p, "False");
+        let s = status_of(&p, &o, &HashMap::new());
+        assert_eq!(
+            cond(&s, "Ready").message.as_deref(),
+            Some(
+                "the status of pod readiness gate \"example.com/ready\" is not \"True\", but False"
+            )
+        );
+        assert_eq!(
+            cond(&s, "example.com/ready").status,
+            "False",
+            "kept in the patch"
+        );
+        set_gate(&mut p, "True");
+        let s = status_of(&p, &o, &HashMap::new());
+        assert_eq!(cond(&s, "Ready").status, "True");
     }
 
     #[test]

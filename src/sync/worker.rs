@@ -124,9 +124,6 @@ async fn run(
     // Set once the kubelet fails the pod itself; a failed pod stays failed.
     let mut failure: Option<PodFailure> = None;
     let mut timing = super::metrics::PodWorkerTracker::default();
-    if let Desired::Run(pod) = &*desired_rx.borrow() {
-        ctx.runtime.warn_unsupported(pod);
-    }
     loop {
         let desired = desired_rx.borrow_and_update().clone();
         let wait = match desired {
