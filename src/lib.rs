@@ -16,6 +16,7 @@ mod cli;
 mod cm;
 mod cri;
 mod events;
+mod eviction;
 mod expansion;
 mod fieldpath;
 mod grpc_uds;
@@ -50,4 +51,5 @@ pub mod testing {
     pub use crate::certificate::{CertError, bootstrap_if_needed, rotate_once};
     pub use crate::cri::{CriError, connect_channel};
     pub use crate::podresources::api as podresources;
+    pub use crate::volume::tokens::TokenCache;
 }

@@ -140,20 +140,21 @@ pub fn kill(pid: i32, signal: libc::c_int) -> io::Result<()> {
     check(unsafe { libc::kill(pid, signal) })
 }
 
-/// Mounts a fresh tmpfs on `target`.
-pub fn mount_tmpfs(target: &Path) -> io::Result<()> {
+/// Mounts a fresh tmpfs on `target`, of `size_bytes` when given (else the kernel's default,
+/// half the memory).
+pub fn mount_tmpfs(target: &Path, size_bytes: Option<u64>) -> io::Result<()> {
     let target = c_path(target)?;
     let fstype = c_path(Path::new("tmpfs"))?;
-    // SAFETY: all pointers are valid NUL-terminated strings for the duration of the call.
-    check(unsafe {
-        libc::mount(
-            fstype.as_ptr(),
-            target.as_ptr(),
-            fstype.as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    })
+    let options = size_bytes
+        .map(|b| std::ffi::CString::new(format!("size={b}")))
+        .transpose()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let data = options
+        .as_ref()
+        .map_or(std::ptr::null(), |o| o.as_ptr().cast::<libc::c_void>());
+    // SAFETY: all pointers are valid NUL-terminated strings (or null data) for the duration
+    // of the call.
+    check(unsafe { libc::mount(fstype.as_ptr(), target.as_ptr(), fstype.as_ptr(), 0, data) })
 }
 
 /// Detaches the mount on `target` (umount2 with MNT_DETACH).

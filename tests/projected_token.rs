@@ -1,10 +1,11 @@
 //! Projected service account tokens through the real API server: the `kube-api-access-*`
 //! volume v1.22+ API servers inject (a bound token, `kube-root-ca.crt`, the namespace), and a
-//! token for a chosen audience. Each token is a JWT the API server accepts in a TokenReview.
+//! token for a chosen audience. Each token is a JWT the API server accepts in a TokenReview,
+//! and a token past 80 % of its life is replaced by a new one the API server accepts too.
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use common::*;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
@@ -14,6 +15,7 @@ use serde_json::json;
 
 const NODE: &str = "krs-token-node";
 const POD: &str = "krs-projected-token";
+const REFRESH_POD: &str = "krs-token-refresh";
 
 async fn review(client: &kube::Client, token: &str, audience: Option<&str>) -> (bool, String) {
     let reviews: Api<TokenReview> = Api::all(client.clone());
@@ -130,4 +132,53 @@ async fn projected_tokens_are_bound_and_accepted() {
     )
     .await;
     k.cleanup();
+}
+
+/// The kubelet's token cache against the real TokenRequest API, its clock moved forward instead
+/// of waiting out 80 % of the shortest lifetime the API server allows (600 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_are_renewed_past_eighty_percent_of_their_life() {
+    let client = admin_client().await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let gone = DeleteParams::default().grace_period(0);
+    let _ = pods.delete(REFRESH_POD, &gone).await;
+    // The token is bound to this pod, which needs no kubelet: it never leaves Pending.
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": REFRESH_POD},
+        "spec": {
+            "nodeName": "krs-token-nowhere",
+            "containers": [{"name": "main", "image": BUSYBOX}],
+        },
+    }))
+    .unwrap();
+    let pod = pods.create(&PostParams::default(), &pod).await.unwrap();
+
+    let cache = kubelet_rs::testing::TokenCache::default();
+    let t0 = SystemTime::now();
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    let first = cache.token_at(&client, &pod, "", 600, t0).await.unwrap();
+    assert!(review(&client, &first, None).await.0);
+    // A token fetched within the same second would be the same bytes (same claims, same
+    // signature): wait, so that a fetch shows as a new token.
+    let next_second = || tokio::time::sleep(Duration::from_millis(1100));
+    next_second().await;
+    // At 78 % of its life the token is handed out again; past 80 % a new one is fetched.
+    let again = cache
+        .token_at(&client, &pod, "", 600, at(470))
+        .await
+        .unwrap();
+    assert_eq!(again, first);
+    let renewed = cache
+        .token_at(&client, &pod, "", 600, at(490))
+        .await
+        .unwrap();
+    assert_ne!(
+        renewed, first,
+        "no new token past 80 % of the old one's life"
+    );
+    let (ok, user) = review(&client, &renewed, None).await;
+    assert!(ok, "the API server rejects the renewed token");
+    assert_eq!(user, "system:serviceaccount:default:default");
+
+    let _ = pods.delete(REFRESH_POD, &gone).await;
 }

@@ -27,7 +27,9 @@ use crate::sync::admission::Allocatable;
 use crate::sync::{Admission, SyncLoop, SyncLoopHealth, SyncLoopInputs, SyncSettings};
 use crate::tasks::{TaskError, Tasks};
 use crate::volume::VolumeManager;
-use crate::{certificate, events, node, pleg, podresources, server, sources, stats, status};
+use crate::{
+    certificate, events, eviction, node, pleg, podresources, server, sources, stats, status,
+};
 
 /// Why the kubelet could not start, or stopped on its own.
 #[derive(Debug, thiserror::Error)]
@@ -107,6 +109,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         &cancel,
     );
     let runtime_settings = RuntimeSettings::new(&settings, &host);
+    let pods_root = runtime_settings.root_dir.clone();
     let volumes = Arc::new(VolumeManager::new(
         runtime_settings.root_dir.clone(),
         api.clone(),
@@ -124,6 +127,13 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         .with_api_client(api.clone()),
     );
     let status = status::spawn(api.as_ref(), &node_name, &mut tasks, &cancel);
+    let evictions = eviction::spawn(
+        status.clone(),
+        pods_root,
+        events.clone(),
+        &mut tasks,
+        &cancel,
+    );
     let (probes, probe_changes) = ProbeManager::new(cri.clone(), status.clone(), events.clone());
 
     // Pod sources → PodConfig → sync loop ◄── PLEG.
@@ -173,6 +183,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
             probe_changes,
             runtime_pods: pleg.runtime_pods,
             sources_ready,
+            evictions,
         },
         &mut tasks,
     );

@@ -41,6 +41,7 @@ pub struct KubeletMetrics {
     pub http_requests: Scalar,
     pub http_requests_duration: Histogram,
     pub http_inflight_requests: Scalar,
+    pub evictions: Scalar,
 }
 
 impl KubeletMetrics {
@@ -144,6 +145,11 @@ impl KubeletMetrics {
                 "Number of the inflight http requests",
                 HTTP_LABELS,
             )),
+            evictions: Scalar::counter(alpha(
+                "kubelet_evictions",
+                "Cumulative number of pod evictions by eviction signal",
+                &["eviction_signal"],
+            )),
         }
     }
 
@@ -165,6 +171,7 @@ impl KubeletMetrics {
             self.http_requests.family(),
             self.http_requests_duration.family(),
             self.http_inflight_requests.family(),
+            self.evictions.family(),
         ]
     }
 }

@@ -101,9 +101,19 @@ impl FsProbe {
 
     /// Bytes on disk and inodes under `path`, not crossing into other filesystems.
     pub async fn disk_usage(&self, path: &Path) -> Result<DiskUsage, StatsError> {
+        self.disk_usage_within(path, DU_TTL).await
+    }
+
+    /// Like `disk_usage`, with a walk no older than `max_age` unless a new one is slow (the
+    /// eviction monitor acts on what it reads and wants it fresh).
+    pub async fn disk_usage_within(
+        &self,
+        path: &Path,
+        max_age: Duration,
+    ) -> Result<DiskUsage, StatsError> {
         let cached = lock(&self.du_cache).get(path).copied();
         if let Some((at, usage)) = cached
-            && at.elapsed() < DU_TTL
+            && at.elapsed() < max_age
         {
             return Ok(usage);
         }

@@ -66,6 +66,8 @@ pub struct SyncLoopInputs {
     pub probe_changes: mpsc::Receiver<String>,
     pub runtime_pods: watch::Receiver<RuntimePods>,
     pub sources_ready: watch::Receiver<bool>,
+    /// Pods the eviction manager fails.
+    pub evictions: mpsc::Receiver<crate::eviction::Eviction>,
 }
 
 /// The sync loop's part of the kubelet configuration.
@@ -363,6 +365,11 @@ impl SyncLoop {
                     }
                 }
                 Some(uid) = self.done_rx.recv() => self.worker_done(&uid),
+                Some(eviction) = inputs.evictions.recv() => {
+                    if let Some(w) = self.workers.get(&eviction.uid) {
+                        w.evict(eviction);
+                    }
+                }
                 _ = housekeeping.tick() => {
                     if *inputs.sources_ready.borrow() {
                         // Updates queued before readiness was published must be known first,

@@ -24,6 +24,7 @@ struct Node {
     status: Arc<StatusStore>,
     updates: mpsc::Sender<PodUpdate>,
     sources_ready: watch::Sender<bool>,
+    evictions: mpsc::Sender<crate::eviction::Eviction>,
     cancel: CancellationToken,
 }
 
@@ -62,6 +63,7 @@ impl Node {
         );
         let (updates, updates_rx) = mpsc::channel(16);
         let (ready_tx, ready_rx) = watch::channel(sources_ready);
+        let (evictions, evictions_rx) = mpsc::channel(4);
         let sync_loop = SyncLoop::new(
             (h.runtime.clone(), h.volumes.clone(), probes, status.clone()),
             Duration::from_secs(10),
@@ -76,12 +78,14 @@ impl Node {
             probe_changes,
             runtime_pods,
             sources_ready: ready_rx,
+            evictions: evictions_rx,
         }));
         Node {
             h,
             status,
             updates,
             sources_ready: ready_tx,
+            evictions,
             cancel,
         }
     }
@@ -188,6 +192,54 @@ async fn pod_runs_through_the_loop_and_its_removal_cleans_up() {
     );
     assert!(!log_dir.exists());
     assert!(!node.h.pod_cgroup("u-life").exists());
+}
+
+#[tokio::test]
+async fn an_evicted_pod_fails_and_its_containers_stop_for_good() {
+    let h = Harness::new().await;
+    let node = Node::start(h, true, None).await;
+    let p = Arc::new(pod("u-evict", "Always", &[], &["app"]));
+    node.send(PodUpdate::Add(vec![p.clone()])).await;
+    let (fake, store) = (node.h.fake().clone(), node.status.clone());
+    wait_until("app running", Duration::from_secs(5), || {
+        store
+            .status("u-evict")
+            .is_some_and(|s| is_running(&s, "app"))
+    })
+    .await;
+
+    let eviction = crate::eviction::Eviction {
+        uid: "u-evict".into(),
+        failure: crate::status::PodFailure {
+            reason: "Evicted".into(),
+            message: "Usage of EmptyDir volume \"v\" exceeds the limit \"1Mi\". ".into(),
+        },
+        grace: 1,
+    };
+    node.evictions.send(eviction).await.expect("loop running");
+    wait_until("the pod to fail", Duration::from_secs(5), || {
+        store
+            .status("u-evict")
+            .is_some_and(|s| s.phase.as_deref() == Some("Failed") && !is_running(&s, "app"))
+    })
+    .await;
+    let status = store.status("u-evict").expect("status");
+    assert_eq!(status.reason.as_deref(), Some("Evicted"));
+    assert!(
+        status
+            .message
+            .unwrap_or_default()
+            .starts_with("Usage of EmptyDir")
+    );
+    // Stopped with the eviction's grace (the runtime is given at least 2 s), not the pod's 7 s.
+    let stops = fake.calls_of("StopContainer");
+    assert_eq!(stops.len(), 1, "{stops:?}");
+    assert_eq!(stops[0].timeout, Some(2));
+    // A failed pod is never restarted; the pod stays until its source removes it.
+    node.send(PodUpdate::Update(vec![p])).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(fake.count("StartContainer"), 1);
+    assert!(store.status("u-evict").is_some());
 }
 
 #[tokio::test]

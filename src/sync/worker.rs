@@ -12,6 +12,7 @@ use tracing::{Instrument, info, info_span, warn};
 
 use super::deadline;
 use crate::events::EventType;
+use crate::eviction::Eviction;
 use crate::prober::{ProbeManager, Verdicts};
 use crate::runtime::backoff::Backoff;
 use crate::runtime::observed::ObservedPod;
@@ -53,8 +54,17 @@ const RETRY_AFTER_ERROR: Duration = Duration::from_secs(5);
 pub struct WorkerHandle {
     full_name: String,
     desired: watch::Sender<Desired>,
+    /// Set once by the eviction manager; the worker fails the pod with it.
+    eviction: watch::Sender<Option<Eviction>>,
     poke: mpsc::Sender<()>,
     terminating: bool,
+}
+
+/// The pod as the kubelet failed it itself (deadline, eviction); a failed pod stays failed.
+struct Failed {
+    failure: PodFailure,
+    /// The grace its containers are stopped with, when not the pod's own.
+    grace: Option<i64>,
 }
 
 impl WorkerHandle {
@@ -71,13 +81,20 @@ impl WorkerHandle {
             }
         };
         let (desired_tx, desired_rx) = watch::channel(desired);
+        let (eviction_tx, eviction_rx) = watch::channel(None);
         // Capacity 1: pokes coalesce, a pending one is as good as many.
         let (poke_tx, poke_rx) = mpsc::channel(1);
         let span = info_span!("pod_worker", pod_uid = %uid);
-        tokio::spawn(run(uid, desired_rx, poke_rx, ctx, cancel).instrument(span));
+        let inputs = Inputs {
+            desired: desired_rx,
+            eviction: eviction_rx,
+            poke: poke_rx,
+        };
+        tokio::spawn(run(uid, inputs, ctx, cancel).instrument(span));
         WorkerHandle {
             full_name,
             desired: desired_tx,
+            eviction: eviction_tx,
             poke: poke_tx,
             terminating,
         }
@@ -96,6 +113,14 @@ impl WorkerHandle {
         let _ = self.poke.try_send(());
     }
 
+    /// Fails and stops the pod (it stays in place, phase Failed), unless it is terminating.
+    pub fn evict(&self, eviction: Eviction) {
+        if !self.terminating {
+            self.eviction
+                .send_if_modified(|e| e.replace(eviction).is_none());
+        }
+    }
+
     /// The pod the worker currently runs (or terminates).
     pub fn pod(&self) -> Arc<Pod> {
         match &*self.desired.borrow() {
@@ -112,26 +137,42 @@ impl WorkerHandle {
     }
 }
 
-async fn run(
-    uid: String,
-    mut desired_rx: watch::Receiver<Desired>,
-    mut poke_rx: mpsc::Receiver<()>,
-    ctx: Arc<WorkerContext>,
-    cancel: CancellationToken,
-) {
+/// What wakes a worker.
+struct Inputs {
+    desired: watch::Receiver<Desired>,
+    eviction: watch::Receiver<Option<Eviction>>,
+    poke: mpsc::Receiver<()>,
+}
+
+async fn run(uid: String, inputs: Inputs, ctx: Arc<WorkerContext>, cancel: CancellationToken) {
+    let Inputs {
+        desired: mut desired_rx,
+        eviction: mut eviction_rx,
+        poke: mut poke_rx,
+    } = inputs;
     let mut backoff = Backoff::default();
     let start_time = SystemTime::now();
-    // Set once the kubelet fails the pod itself; a failed pod stays failed.
-    let mut failure: Option<PodFailure> = None;
+    let mut failure: Option<Failed> = None;
     let mut timing = super::metrics::PodWorkerTracker::default();
     loop {
         let desired = desired_rx.borrow_and_update().clone();
+        // Marked seen on every round, whatever is done with it, or the wait below would wake
+        // at once, again and again.
+        let evicted = eviction_rx.borrow_and_update().clone();
         let wait = match desired {
             Desired::Run(pod) => {
                 ctx.probes.add_pod(&pod, &cancel);
                 // A termination request cancels a sync in progress (a long image pull must not
                 // hold up the grace period); dropping the sync cancels its CRI calls.
                 let timer = timing.begin(&pod);
+                if failure.is_none()
+                    && let Some(e) = evicted
+                {
+                    failure = Some(Failed {
+                        failure: e.failure,
+                        grace: Some(e.grace),
+                    });
+                }
                 let result = tokio::select! {
                     r = sync_once(&uid, &pod, &ctx, &mut backoff, start_time, &mut failure) => r,
                     _ = termination_requested(&mut desired_rx) => continue,
@@ -167,6 +208,7 @@ async fn run(
         tokio::select! {
             _ = cancel.cancelled() => return,
             changed = desired_rx.changed() => if changed.is_err() { return },
+            changed = eviction_rx.changed() => if changed.is_err() { return },
             _ = poke_rx.recv() => {}
             _ = tokio::time::sleep(wait) => {}
         }
@@ -191,7 +233,7 @@ async fn sync_once(
     ctx: &WorkerContext,
     backoff: &mut Backoff,
     start_time: SystemTime,
-    failure: &mut Option<PodFailure>,
+    failure: &mut Option<Failed>,
 ) -> Result<SyncOutcome, SyncError> {
     let observed = ctx.runtime.pod_status(uid).await?;
     let probes = ctx
@@ -205,15 +247,21 @@ async fn sync_once(
                 ctx.runtime
                     .events()
                     .pod(pod, EventType::Normal, &f.reason, &f.message);
-                *failure = Some(f);
+                *failure = Some(Failed {
+                    failure: f,
+                    grace: None,
+                });
             }
             deadline::Verdict::In(left) => deadline_in = Some(left),
             deadline::Verdict::None => {}
         }
     }
-    let result = if failure.is_some() {
-        // A failed pod's containers are stopped with its grace period and never restarted.
-        let grace = crate::runtime::grace_seconds(pod);
+    let result = if let Some(failed) = failure {
+        // A failed pod's containers are stopped with its grace period (an eviction's may be
+        // shorter) and never restarted.
+        let grace = failed
+            .grace
+            .unwrap_or_else(|| crate::runtime::grace_seconds(pod));
         let killed = ctx.runtime.kill_pod(pod, &observed, grace).await;
         killed
             .map(|()| SyncOutcome {
@@ -244,7 +292,7 @@ async fn sync_once(
         node_ip: &ctx.runtime.settings().node_ip,
         runtime_name: &ctx.runtime_name,
         now: SystemTime::now(),
-        failure: failure.as_ref(),
+        failure: failure.as_ref().map(|f| &f.failure),
         probes: &probes,
     });
     ctx.status.set(uid, pod.clone(), status);

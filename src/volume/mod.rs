@@ -24,7 +24,9 @@ use tracing::{debug, warn};
 
 use crate::events::{EventRecorder, EventType};
 use crate::fieldpath::NodeAllocatable;
+use crate::quantity::parse_bytes;
 use atomic_writer::{FileEntry, Ownership};
+use empty_dir::Medium;
 
 /// Each volume plugin's folder under `<pod>/volumes/`, upstream's names.
 pub const EMPTY_DIR: &str = "kubernetes.io~empty-dir";
@@ -127,11 +129,13 @@ enum Plan {
         kind: String,
     },
     EmptyDir {
-        memory: bool,
+        medium: Medium,
     },
     Write {
         plugin: &'static str,
         files: Vec<FileEntry>,
+        /// The size of its tmpfs, for the plugins that keep their files in memory.
+        memory_size: Option<u64>,
     },
     /// The contents could not be had; an earlier copy, if there is one, stays in use.
     FetchFailed {
@@ -175,15 +179,19 @@ fn apply(pod_dir: &Path, plans: Vec<(String, Plan)>, own: Ownership) -> Applied 
             Plan::HostPath { path, kind } => host_path::prepare(&path, &kind)
                 .map(|()| PathBuf::from(path))
                 .map_err(|e| (e.to_string(), None)),
-            Plan::EmptyDir { memory } => {
+            Plan::EmptyDir { medium } => {
                 let dir = empty_dir::path(pod_dir, &name);
-                empty_dir::prepare(&dir, memory)
+                empty_dir::prepare_owned(&dir, medium, own.fs_group)
                     .map(|()| dir.clone())
                     .map_err(|e| (format!("{}: {e}", dir.display()), None))
             }
-            Plan::Write { plugin, files } => {
+            Plan::Write {
+                plugin,
+                files,
+                memory_size,
+            } => {
                 let dir = volume_dir(pod_dir, plugin, &name);
-                write_volume(&dir, plugin, &files, own).map(|()| dir)
+                write_volume(&dir, plugin, &files, own, memory_size).map(|()| dir)
             }
             Plan::FetchFailed { plugin, reason } => {
                 let dir = volume_dir(pod_dir, plugin, &name);
@@ -221,12 +229,17 @@ fn write_volume(
     plugin: &str,
     files: &[FileEntry],
     own: Ownership,
+    memory_size: Option<u64>,
 ) -> Result<(), (String, Option<PathBuf>)> {
     let had_copy = has_copy(dir);
     let fail = |reason: String| (reason, had_copy.then(|| dir.to_path_buf()));
     // Secrets never touch the disk; downwardAPI and projected volumes are a tmpfs upstream too.
-    let memory = plugin != CONFIG_MAP;
-    empty_dir::prepare(dir, memory).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
+    let medium = if plugin == CONFIG_MAP {
+        Medium::Disk
+    } else {
+        Medium::Memory { size: memory_size }
+    };
+    empty_dir::prepare(dir, medium).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
     match atomic_writer::write(dir, files, own) {
         Ok(changed) => {
             if changed && had_copy {
@@ -273,6 +286,12 @@ impl VolumeManager {
         let used = used_volumes(pod);
         let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_deref());
         let mut plans = Vec::new();
+        // The pod cgroup's memory limit, which bounds its tmpfs volumes as upstream's.
+        let pod_memory_limit = pod.spec.as_ref().and_then(|s| {
+            crate::cm::resources::pod_resources(s, &Default::default())
+                .ok()?
+                .memory_limit
+        });
         for v in volumes
             .unwrap_or(&[])
             .iter()
@@ -284,15 +303,33 @@ impl VolumeManager {
                     kind: hp.type_.clone().unwrap_or_default(),
                 }
             } else if let Some(e) = &v.empty_dir {
-                Plan::EmptyDir {
-                    memory: e.medium.as_deref() == Some("Memory"),
-                }
+                let medium = if e.medium.as_deref() == Some("Memory") {
+                    let size_limit = e.size_limit.as_ref().and_then(|q| parse_bytes(q).ok());
+                    Medium::Memory {
+                        size: empty_dir::memory_size(
+                            self.node.memory_bytes,
+                            pod_memory_limit,
+                            size_limit,
+                        ),
+                    }
+                } else {
+                    Medium::Disk
+                };
+                Plan::EmptyDir { medium }
             } else if contents::is_written(v) {
                 let plugin = written_plugin(v);
                 let got =
                     contents::files(self.client.as_ref(), pod, v, self.node, &self.tokens).await;
                 match got {
-                    Ok(files) => Plan::Write { plugin, files },
+                    Ok(files) => Plan::Write {
+                        plugin,
+                        files,
+                        memory_size: empty_dir::memory_size(
+                            self.node.memory_bytes,
+                            pod_memory_limit,
+                            None,
+                        ),
+                    },
                     Err(e) => Plan::FetchFailed {
                         plugin,
                         reason: e.to_string(),

@@ -49,6 +49,7 @@ impl TokenCache {
         self.tokens.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Drops the pod's tokens (at teardown).
     pub fn forget_pod(&self, uid: &str) {
         self.lock().retain(|k, _| k.pod_uid != uid);
     }
@@ -61,6 +62,20 @@ impl TokenCache {
         pod: &Pod,
         audience: &str,
         expiration_seconds: i64,
+    ) -> Result<String, String> {
+        self.token_at(client, pod, audience, expiration_seconds, SystemTime::now())
+            .await
+    }
+
+    /// `token` as if the clock read `now` (the refresh rule only reads the clock here; a test
+    /// moves it forward rather than waiting most of a token's life).
+    pub async fn token_at(
+        &self,
+        client: &kube::Client,
+        pod: &Pod,
+        audience: &str,
+        expiration_seconds: i64,
+        now: SystemTime,
     ) -> Result<String, String> {
         let meta = &pod.metadata;
         let service_account = pod
@@ -79,7 +94,7 @@ impl TokenCache {
         let ttl = Duration::from_secs(u64::try_from(expiration_seconds).unwrap_or(0));
         let cached = self.lock().get(&key).cloned();
         if let Some(c) = cached
-            && !requires_refresh(c.expires, ttl, SystemTime::now())
+            && !requires_refresh(c.expires, ttl, now)
         {
             return Ok(c.token);
         }
