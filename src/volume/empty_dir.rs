@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 /// An emptyDir is open to every user (0777, as upstream makes it, whatever the umask): a
 /// container running as a non-root user must be able to write to it.
 const MODE: u32 = 0o777;
+/// A tmpfs root keeps the mode a fresh tmpfs has, sticky included, as upstream leaves it (its
+/// permission bits already match, so it never changes them): `drwxrwxrwt`.
+const TMPFS_MODE: u32 = 0o1777;
 
 pub fn is_mount_point(path: &Path) -> bool {
     let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
@@ -30,14 +33,9 @@ pub enum Medium {
 }
 
 /// Creates the folder (a tmpfs for memory) once; later calls find it ready. A tmpfs keeps the
-/// size it was mounted with: a pod's volumes do not change while it runs.
-pub fn prepare(dir: &Path, medium: Medium) -> Result<(), std::io::Error> {
-    prepare_owned(dir, medium, None)
-}
-
-/// `prepare`, and a new folder given to the pod's `fsGroup` as upstream's volume ownership
-/// does for a writable volume: that group, setgid (so what the containers create inherits
-/// it), group-writable. Only a new folder: it is empty, so there is nothing beneath it to
+/// size it was mounted with: a pod's volumes do not change while it runs. A new folder goes to
+/// the pod's `fsGroup` as upstream's volume ownership does: that group, and setgid (so what
+/// the containers create inherits it). Only a new folder: it is empty, so there is nothing beneath it to
 /// walk, whatever `fsGroupChangePolicy` says.
 pub fn prepare_owned(
     dir: &Path,
@@ -51,7 +49,10 @@ pub fn prepare_owned(
         _ if existed => return Ok(()),
         _ => {}
     }
-    let mut mode = MODE;
+    let mut mode = match medium {
+        Medium::Disk => MODE,
+        Medium::Memory { .. } => TMPFS_MODE,
+    };
     if let Some(gid) = fs_group {
         std::os::unix::fs::lchown(dir, None, Some(gid))?;
         mode |= 0o2000;
@@ -97,7 +98,7 @@ mod tests {
         assert_eq!(meta.gid(), 4321);
         assert_eq!(meta.mode() & 0o7777, 0o2777);
         let plain = tmp.path().join("plain");
-        prepare(&plain, Medium::Disk).unwrap();
+        prepare_owned(&plain, Medium::Disk, None).unwrap();
         assert_eq!(std::fs::metadata(&plain).unwrap().mode() & 0o7777, 0o777);
     }
 

@@ -239,7 +239,8 @@ fn write_volume(
     } else {
         Medium::Memory { size: memory_size }
     };
-    empty_dir::prepare(dir, medium).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
+    empty_dir::prepare_owned(dir, medium, own.fs_group)
+        .map_err(|e| fail(format!("{}: {e}", dir.display())))?;
     match atomic_writer::write(dir, files, own) {
         Ok(changed) => {
             if changed && had_copy {
