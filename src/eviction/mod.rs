@@ -17,14 +17,14 @@ use tracing::{info, warn};
 
 use crate::events::{EventRecorder, EventType};
 use crate::stats::fs::FsProbe;
-use crate::status::{PodFailure, StatusStore};
+use crate::status::{PodFailure, StatusStore, has_finished};
 
 /// Upstream's eviction monitoring interval.
 const MONITOR_PERIOD: Duration = Duration::from_secs(10);
 /// A walk older than this is not trusted for a decision.
 const FRESH: Duration = Duration::from_secs(5);
 /// Upstream's grace for evictions that must free a resource quickly.
-pub const IMMEDIATE_GRACE_SECONDS: i64 = 1;
+const IMMEDIATE_GRACE_SECONDS: i64 = 1;
 /// Evictions waiting for the sync loop; a full queue is retried on the next pass.
 const QUEUE: usize = 16;
 /// Upstream's SystemCriticalPriority: pods at or above it are never evicted.
@@ -50,13 +50,6 @@ fn is_critical(pod: &Pod) -> bool {
             .is_some_and(|p| p >= SYSTEM_CRITICAL_PRIORITY)
 }
 
-fn finished(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .is_some_and(|p| p == "Succeeded" || p == "Failed")
-}
-
 struct Monitor {
     status: Arc<StatusStore>,
     root_dir: PathBuf,
@@ -69,20 +62,21 @@ struct Monitor {
 
 impl Monitor {
     async fn pass(&mut self) {
-        let pods = self.status.pods();
-        self.evicted.retain(|uid| {
-            pods.iter()
-                .any(|p| p.metadata.uid.as_deref() == Some(uid) && !finished(p))
-        });
-        for pod in &pods {
-            let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-            if uid.is_empty() || finished(pod) || self.evicted.contains(uid) {
-                continue;
+        let status = &self.status;
+        self.evicted
+            .retain(|uid| status.status(uid).is_some_and(|s| !has_finished(&s)));
+        // Only the running pods that have a limited emptyDir (and were not handed over yet).
+        let evicted = &self.evicted;
+        let candidates = self.status.select(|pod, status| {
+            let uid = pod.metadata.uid.as_deref().filter(|u| !u.is_empty())?;
+            if has_finished(status) || evicted.contains(uid) {
+                return None;
             }
             let dirs = local_storage::limited_dirs(pod);
-            if dirs.is_empty() {
-                continue;
-            }
+            (!dirs.is_empty()).then(|| (pod.clone(), dirs))
+        });
+        for (pod, dirs) in candidates {
+            let uid = pod.metadata.uid.as_deref().unwrap_or_default();
             let pod_dir = crate::volume::pod_dir(&self.root_dir, uid);
             let mut used = Vec::with_capacity(dirs.len());
             for d in &dirs {
@@ -94,7 +88,7 @@ impl Monitor {
             let Some(failure) = local_storage::empty_dir_verdict(&dirs, &used) else {
                 continue;
             };
-            self.evict(pod, uid, failure);
+            self.evict(&pod, uid, failure);
         }
     }
 

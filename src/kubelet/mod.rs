@@ -109,7 +109,6 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         &cancel,
     );
     let runtime_settings = RuntimeSettings::new(&settings, &host);
-    let pods_root = runtime_settings.root_dir.clone();
     let volumes = Arc::new(VolumeManager::new(
         runtime_settings.root_dir.clone(),
         api.clone(),
@@ -129,7 +128,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
     let status = status::spawn(api.as_ref(), &node_name, &mut tasks, &cancel);
     let evictions = eviction::spawn(
         status.clone(),
-        pods_root,
+        root_dir.clone(),
         events.clone(),
         &mut tasks,
         &cancel,

@@ -77,10 +77,7 @@ impl PodResourcesService {
 }
 
 fn is_active(pod: &Pod) -> bool {
-    !matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
+    !pod.status.as_ref().is_some_and(crate::status::has_finished)
 }
 
 /// A pod's entry: its containers plus init containers that keep running (sidecars).

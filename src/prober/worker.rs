@@ -162,7 +162,7 @@ impl Worker {
         let Some(status) = self.manager.status.status(uid) else {
             return true;
         };
-        if matches!(status.phase.as_deref(), Some("Succeeded") | Some("Failed")) {
+        if crate::status::has_finished(&status) {
             return false;
         }
         let Some(spec) = self.container().cloned() else {

@@ -26,6 +26,11 @@ impl Entry {
     }
 }
 
+/// Whether a pod's status says it has finished (Succeeded or Failed): nothing in it runs again.
+pub fn has_finished(status: &PodStatus) -> bool {
+    matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"))
+}
+
 /// What the API-server status syncer is told.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StatusEvent {
@@ -143,6 +148,15 @@ impl StatusStore {
                 .cmp(&(&b.metadata.namespace, &b.metadata.name))
         });
         out
+    }
+
+    /// What `pick` takes from each pod and its status, under the lock, without copying the
+    /// pods it passes over.
+    pub fn select<T>(&self, mut pick: impl FnMut(&Arc<Pod>, &PodStatus) -> Option<T>) -> Vec<T> {
+        self.lock()
+            .values()
+            .filter_map(|e| pick(&e.pod, &e.status))
+            .collect()
     }
 
     /// The pod `namespace/name` with its current status (the one with `uid`, when given),

@@ -101,11 +101,7 @@ fn uid_of(pod: &Pod) -> String {
 /// a kubelet restart, say).
 fn finished(pod: &Pod) -> bool {
     !crate::sources::is_static_pod(pod)
-        && pod
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.as_deref())
-            .is_some_and(|p| p == "Succeeded" || p == "Failed")
+        && pod.status.as_ref().is_some_and(crate::status::has_finished)
 }
 
 /// The grace period to stop with: the deletion's, when the API server asked for one.

@@ -313,7 +313,7 @@ async fn sync_running(
     let finished = ctx
         .status
         .status(uid)
-        .is_some_and(|s| matches!(s.phase.as_deref(), Some("Succeeded") | Some("Failed")));
+        .is_some_and(|s| crate::status::has_finished(&s));
     let volumes = if finished {
         PodVolumes::default()
     } else {

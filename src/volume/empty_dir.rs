@@ -35,13 +35,9 @@ pub enum Medium {
 /// Creates the folder (a tmpfs for memory) once; later calls find it ready. A tmpfs keeps the
 /// size it was mounted with: a pod's volumes do not change while it runs. A new folder goes to
 /// the pod's `fsGroup` as upstream's volume ownership does: that group, and setgid (so what
-/// the containers create inherits it). Only a new folder: it is empty, so there is nothing beneath it to
-/// walk, whatever `fsGroupChangePolicy` says.
-pub fn prepare_owned(
-    dir: &Path,
-    medium: Medium,
-    fs_group: Option<u32>,
-) -> Result<(), std::io::Error> {
+/// the containers create inherits it). Only a new folder: it is empty, so there is nothing
+/// beneath it to walk, whatever `fsGroupChangePolicy` says.
+pub fn prepare(dir: &Path, medium: Medium, fs_group: Option<u32>) -> Result<(), std::io::Error> {
     let existed = dir.is_dir();
     std::fs::create_dir_all(dir)?;
     match medium {
@@ -93,12 +89,12 @@ mod tests {
     fn a_new_folder_goes_to_the_fs_group_with_setgid() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("vol");
-        prepare_owned(&dir, Medium::Disk, Some(4321)).unwrap();
+        prepare(&dir, Medium::Disk, Some(4321)).unwrap();
         let meta = std::fs::metadata(&dir).unwrap();
         assert_eq!(meta.gid(), 4321);
         assert_eq!(meta.mode() & 0o7777, 0o2777);
         let plain = tmp.path().join("plain");
-        prepare_owned(&plain, Medium::Disk, None).unwrap();
+        prepare(&plain, Medium::Disk, None).unwrap();
         assert_eq!(std::fs::metadata(&plain).unwrap().mode() & 0o7777, 0o777);
     }
 

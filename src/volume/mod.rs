@@ -181,7 +181,7 @@ fn apply(pod_dir: &Path, plans: Vec<(String, Plan)>, own: Ownership) -> Applied 
                 .map_err(|e| (e.to_string(), None)),
             Plan::EmptyDir { medium } => {
                 let dir = empty_dir::path(pod_dir, &name);
-                empty_dir::prepare_owned(&dir, medium, own.fs_group)
+                empty_dir::prepare(&dir, medium, own.fs_group)
                     .map(|()| dir.clone())
                     .map_err(|e| (format!("{}: {e}", dir.display()), None))
             }
@@ -239,7 +239,7 @@ fn write_volume(
     } else {
         Medium::Memory { size: memory_size }
     };
-    empty_dir::prepare_owned(dir, medium, own.fs_group)
+    empty_dir::prepare(dir, medium, own.fs_group)
         .map_err(|e| fail(format!("{}: {e}", dir.display())))?;
     match atomic_writer::write(dir, files, own) {
         Ok(changed) => {
