@@ -12,6 +12,9 @@
 #           CONTAINER_RUNTIME_ENDPOINT and a few more
 #   purge   stop, then delete its state and root (images included)
 #
+# KRS_CONTAINERD_SYSTEMD_CGROUP=1 makes runc use systemd for cgroups (SystemdCgroup = true), for
+# a kubelet with the systemd cgroup driver; it needs a systemd, see systemd-node.sh.
+#
 # start also puts the node's network guards in place (the test bed's network rules): a blackhole
 # route for the service CIDR and an iptables FORWARD rule that drops pod traffic leaving the
 # instance's pod subnet. Registries are pinned to a closed local port, so a pull of an image
@@ -72,6 +75,9 @@ write_file() {
 
 # render_config: the daemon's config file on stdout.
 render_config() {
+	# runc puts containers in systemd scopes when the kubelet uses the systemd cgroup driver.
+	local systemd_cgroup=false
+	[[ "${KRS_CONTAINERD_SYSTEMD_CGROUP:-}" == 1 ]] && systemd_cgroup=true
 	cat <<EOF
 # Written by hack/testbed/containerd.sh for instance $KRS_I_NAME; rewritten on every start.
 version = 2
@@ -124,7 +130,7 @@ disabled_plugins = [
         runtime_type = "io.containerd.runc.v2"
 
         [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-          SystemdCgroup = false
+          SystemdCgroup = $systemd_cgroup
           Root = "$KRS_I_RUNC_ROOT"
 
     [plugins."io.containerd.grpc.v1.cri".cni]

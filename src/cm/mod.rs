@@ -1,9 +1,12 @@
-//! Container management: QoS classes, pod cgroups (cgroupfs driver, cgroup v1 and v2) and
-//! node allocatable.
+//! Container management: QoS classes, pod cgroups (the cgroupfs and systemd drivers, each on
+//! cgroup v1 and v2) and node allocatable.
 
 pub mod allocatable;
+pub mod driver;
+mod fs;
 pub mod layout;
 pub mod manager;
+pub mod name;
 pub mod qos;
 pub mod resources;
 
@@ -19,6 +22,8 @@ use crate::quantity::QuantityError;
 /// The cgroup settings of the kubelet configuration.
 #[derive(Clone, Debug)]
 pub struct CgroupSettings {
+    /// "cgroupfs" or "systemd" (--cgroup-driver).
+    pub driver: String,
     pub cgroup_root: String,
     pub cgroups_per_qos: bool,
     pub pod: PodCgroupOptions,
@@ -28,6 +33,7 @@ impl From<&crate::cli::Settings> for CgroupSettings {
     fn from(settings: &crate::cli::Settings) -> Self {
         let cfg = &settings.config;
         CgroupSettings {
+            driver: cfg.cgroup_driver.clone(),
             cgroup_root: cfg.cgroup_root.clone(),
             cgroups_per_qos: cfg.cgroups_per_qos,
             pod: PodCgroupOptions {
@@ -42,8 +48,8 @@ impl From<&crate::cli::Settings> for CgroupSettings {
 impl CgroupSettings {
     /// The manager, with the node-level cgroups (kubepods and the QoS tiers) in place.
     pub fn start(&self) -> Result<Arc<CgroupManager>, CgroupError> {
-        let manager =
-            CgroupManager::new(&self.cgroup_root, self.cgroups_per_qos)?.with_options(self.pod);
+        let manager = CgroupManager::new(&self.driver, &self.cgroup_root, self.cgroups_per_qos)?
+            .with_options(self.pod);
         manager.ensure_node_cgroups()?;
         Ok(Arc::new(manager))
     }
@@ -68,6 +74,12 @@ pub enum CgroupError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("unknown cgroup driver {0:?}")]
+    UnknownDriver(String),
+    #[error("the systemd cgroup driver needs systemd as the init system, and {0} is missing")]
+    SystemdNotRunning(PathBuf),
+    #[error("{0}")]
+    Systemd(Box<driver::systemd::BusError>),
     #[error("pod resources: {0}")]
     Quantity(#[from] QuantityError),
 }

@@ -188,6 +188,18 @@ impl RuntimeClient {
         call("Version", self.timeout, c.version(req)).await
     }
 
+    /// The runtime's own settings the kubelet must follow (its cgroup driver). Unimplemented by
+    /// runtimes older than the call (containerd 1.6, CRI-O before 1.28).
+    pub async fn runtime_config(&self) -> Result<api::RuntimeConfigResponse, CriError> {
+        let mut c = self.runtime.clone();
+        call(
+            "RuntimeConfig",
+            self.timeout,
+            c.runtime_config(api::RuntimeConfigRequest {}),
+        )
+        .await
+    }
+
     pub async fn status(&self, verbose: bool) -> Result<api::StatusResponse, CriError> {
         const OP: &str = "Status";
         let mut c = self.runtime.clone();

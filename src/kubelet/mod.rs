@@ -83,7 +83,8 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
     preflight::apply_oom_score_adj(cfg.oom_score_adj);
     preflight::create_dirs(root_dir)?;
     let (cri, runtime_name) = preflight::connect_runtime(&settings).await?;
-    let cgroup_settings = CgroupSettings::from(&settings);
+    let mut cgroup_settings = CgroupSettings::from(&settings);
+    cgroup_settings.driver = preflight::cgroup_driver(&settings, &cri).await?;
     let cgroups = cgroup_settings.start()?;
 
     // API server mode (after TLS bootstrap), then the ports: bad TLS or auth settings and
@@ -207,8 +208,6 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         status.clone(),
         root_dir.clone(),
         node_name.clone(),
-        &cgroup_settings.cgroup_root,
-        cgroup_settings.cgroups_per_qos,
     ));
     stats.spawn_sampler(&mut tasks, &cancel);
     let service = podresources::PodResourcesService::new(

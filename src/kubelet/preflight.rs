@@ -15,12 +15,6 @@ use crate::runtime::paths;
 /// Refusing or warning here keeps the kubelet from silently doing something else.
 pub fn check_supported(settings: &Settings, host: &Host) -> Result<(), KubeletError> {
     let cfg = &settings.config;
-    if cfg.cgroup_driver != "cgroupfs" {
-        return Err(KubeletError::Unsupported(format!(
-            "cgroupDriver {:?} (only \"cgroupfs\")",
-            cfg.cgroup_driver
-        )));
-    }
     if cfg.fail_swap_on && host.swap_on() {
         return Err(KubeletError::Unsupported(
             "running with swap on (failSwapOn is true; turn swap off or set failSwapOn: false)"
@@ -34,6 +28,44 @@ pub fn check_supported(settings: &Settings, host: &Host) -> Result<(), KubeletEr
         warn!("--bootstrap-kubeconfig needs --kubeconfig to write to; running standalone");
     }
     Ok(())
+}
+
+/// The cgroup driver to use: the runtime's own when it says (the CRI RuntimeConfig call, as
+/// upstream does since 1.28), else the configured one, which must then match the runtime's.
+pub async fn cgroup_driver(
+    settings: &Settings,
+    cri: &RuntimeClient,
+) -> Result<String, KubeletError> {
+    let configured = &settings.config.cgroup_driver;
+    let reported = match cri.runtime_config().await {
+        Ok(resp) => resp.linux.map(|l| l.cgroup_driver),
+        Err(e) if e.code() == Some(tonic::Code::Unimplemented) => {
+            info!(cgroup_driver = %configured,
+                  "The runtime does not report its cgroup driver (no RuntimeConfig); using the configured one");
+            return Ok(configured.clone());
+        }
+        Err(source) => {
+            return Err(KubeletError::Runtime {
+                endpoint: settings.config.container_runtime_endpoint.clone(),
+                source,
+            });
+        }
+    };
+    let driver = match reported.and_then(|d| crate::cri::api::CgroupDriver::try_from(d).ok()) {
+        Some(crate::cri::api::CgroupDriver::Systemd) => "systemd",
+        Some(crate::cri::api::CgroupDriver::Cgroupfs) => "cgroupfs",
+        None => return Ok(configured.clone()),
+    };
+    if driver != configured {
+        warn!(configured = %configured, runtime = driver,
+              "cgroupDriver differs from the runtime's; using the runtime's");
+    } else {
+        info!(
+            cgroup_driver = driver,
+            "Using the cgroup driver the runtime reports"
+        );
+    }
+    Ok(driver.to_string())
 }
 
 pub fn apply_oom_score_adj(value: i32) {

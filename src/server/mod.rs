@@ -101,8 +101,6 @@ impl ServerState {
             status.clone(),
             std::env::temp_dir(),
             "test-node".to_string(),
-            "/",
-            true,
         ));
         ServerState {
             stats,

@@ -73,6 +73,8 @@ pub struct Inputs<'a> {
     /// Pod specs by UID (volumes, images).
     pub pods: &'a HashMap<String, Pod>,
     pub pod_cgroups: &'a HashMap<String, String>,
+    /// Container ID → the container's cgroup name, where the runtime puts it for the driver.
+    pub container_cgroups: &'a HashMap<String, String>,
 }
 
 /// usageNanoCores from the rate cache: the sampler records (and moves the window), requests
@@ -494,7 +496,7 @@ fn detail(inp: &Inputs, uid: &str, c: &api::Container, spec: Option<&Pod>) -> Co
         name,
         id: c.id.clone(),
         image,
-        cgroup: inp.pod_cgroups.get(uid).map(|p| format!("{p}/{}", c.id)),
+        cgroup: inp.container_cgroups.get(&c.id).cloned(),
         rootfs_mount: inp
             .view
             .stats

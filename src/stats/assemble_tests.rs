@@ -209,6 +209,10 @@ fn run(
             fs,
             pods: &pods,
             pod_cgroups: &cgroups,
+            container_cgroups: &HashMap::from([(
+                "c1".to_string(),
+                "/kubepods/poduid1/c1".to_string(),
+            )]),
         },
         rates,
     )

@@ -74,13 +74,13 @@ impl StatsProvider {
         } else {
             Vec::new()
         };
-        let container_cgroups = view
+        let container_cgroups: Vec<(String, String)> = view
             .containers
             .iter()
             .filter_map(|c| {
                 let sandbox = view.sandboxes.iter().find(|s| s.id == c.pod_sandbox_id)?;
                 let pod = pod_cgroups.get(uid_of(sandbox))?;
-                Some((c.id.clone(), format!("{pod}/{}", c.id)))
+                Some((c.id.clone(), self.cgroups.container_cgroup(pod, &c.id)))
             })
             .collect();
         let req = LocalRequest {
@@ -89,7 +89,7 @@ impl StatsProvider {
                 .iter()
                 .map(|(u, n)| (u.clone(), n.clone()))
                 .collect(),
-            container_cgroups,
+            container_cgroups: container_cgroups.clone(),
             kubepods: self.kubepods.clone(),
             sandbox_pids,
             full,
@@ -113,6 +113,7 @@ impl StatsProvider {
                 fs: fs.as_ref(),
                 pods: &pods,
                 pod_cgroups: &pod_cgroups,
+                container_cgroups: &container_cgroups.into_iter().collect(),
             },
             &mut rates,
         );
@@ -185,10 +186,9 @@ impl StatsProvider {
             .iter()
             .filter_map(|s| {
                 let uid = uid_of(s);
-                let name = self.cgroups.pod_cgroup_parent(pods.get(uid)?);
                 // Without cgroupsPerQOS pods have no cgroup of their own.
-                name.ends_with(&format!("pod{uid}"))
-                    .then(|| (uid.to_string(), name))
+                let name = self.cgroups.pod_cgroup(pods.get(uid)?)?;
+                Some((uid.to_string(), name))
             })
             .collect()
     }

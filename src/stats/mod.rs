@@ -92,16 +92,8 @@ impl StatsProvider {
         status: Arc<StatusStore>,
         root_dir: PathBuf,
         node_name: String,
-        cgroup_root: &str,
-        cgroups_per_qos: bool,
     ) -> Self {
-        let kubepods = cgroups_per_qos.then(|| {
-            format!(
-                "{}/{}",
-                cgroup_root.trim_end_matches('/'),
-                crate::cm::manager::KUBEPODS
-            )
-        });
+        let kubepods = cgroups.node_cgroup();
         StatsProvider {
             cri,
             cgroups,

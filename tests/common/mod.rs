@@ -80,6 +80,10 @@ pub struct Kubelet {
     /// The authenticated API port (upstream's 10250).
     pub port: u16,
     pub log_path: PathBuf,
+    /// A command the kubelet runs under (e.g. entering a systemd node's namespaces).
+    pub wrapper: Vec<String>,
+    /// The CRI socket, when not the test bed's shared containerd.
+    pub runtime_sock: Option<String>,
     child: Option<Child>,
     runs: u32,
 }
@@ -102,6 +106,8 @@ impl Kubelet {
             ro_port: free_port(),
             port: free_port(),
             dir,
+            wrapper: Vec::new(),
+            runtime_sock: None,
             child: None,
             runs: 0,
         }
@@ -119,8 +125,17 @@ impl Kubelet {
             .append(true)
             .open(&self.log_path)
             .unwrap();
-        let sock = containerd_socket();
-        let child = Command::new(env!("CARGO_BIN_EXE_kubelet"))
+        let sock = self.runtime_sock.clone().unwrap_or_else(containerd_socket);
+        let kubelet = env!("CARGO_BIN_EXE_kubelet");
+        let mut cmd = match self.wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(kubelet);
+                c
+            }
+            None => Command::new(kubelet),
+        };
+        let child = cmd
             .args([
                 &format!("--pod-manifest-path={}", self.manifests.display()),
                 &format!("--root-dir={}", self.root_dir.display()),
@@ -159,11 +174,28 @@ impl Kubelet {
         }
     }
 
+    /// The kubelet's own pid: the child, or the wrapper's child (nsenter does not pass
+    /// signals on).
+    pub fn pid(&self) -> Option<u32> {
+        let id = self.child.as_ref()?.id();
+        if self.wrapper.is_empty() {
+            return Some(id);
+        }
+        std::fs::read_to_string(format!("/proc/{id}/task/{id}/children"))
+            .ok()?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    }
+
     /// SIGTERM, as systemd would; the kubelet must leave pods running.
     pub fn stop(&mut self) {
+        let pid = self.pid();
         if let Some(mut child) = self.child.take() {
+            let pid = pid.unwrap_or(child.id());
             let _ = Command::new("kill")
-                .args(["-s", "TERM", &child.id().to_string()])
+                .args(["-s", "TERM", &pid.to_string()])
                 .status();
             let deadline = Instant::now() + Duration::from_secs(15);
             while Instant::now() < deadline {
@@ -172,6 +204,9 @@ impl Kubelet {
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
+            let _ = Command::new("kill")
+                .args(["-s", "KILL", &pid.to_string()])
+                .status();
             let _ = child.kill();
             let _ = child.wait();
         }
