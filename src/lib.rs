@@ -25,6 +25,7 @@ mod kubelet;
 mod metrics;
 mod names;
 mod node;
+mod nodeshutdown;
 mod pleg;
 mod podresources;
 mod prober;

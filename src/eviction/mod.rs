@@ -117,15 +117,21 @@ impl Monitor {
     }
 }
 
-/// Starts the monitor in `tasks`; the sync loop receives its evictions.
+/// The queue of pods the sync loop must fail (the eviction and node shutdown managers fill
+/// it).
+pub fn queue() -> (mpsc::Sender<Eviction>, mpsc::Receiver<Eviction>) {
+    mpsc::channel(QUEUE)
+}
+
+/// Starts the monitor in `tasks`; its evictions go to `tx`.
 pub fn spawn(
     status: Arc<StatusStore>,
     root_dir: PathBuf,
     events: EventRecorder,
+    tx: mpsc::Sender<Eviction>,
     tasks: &mut crate::tasks::Tasks,
     cancel: &CancellationToken,
-) -> mpsc::Receiver<Eviction> {
-    let (tx, rx) = mpsc::channel(QUEUE);
+) {
     let mut monitor = Monitor {
         status,
         root_dir,
@@ -145,7 +151,6 @@ pub fn spawn(
             }
         }
     });
-    rx
 }
 
 #[cfg(test)]

@@ -28,7 +28,8 @@ use crate::sync::{Admission, SyncLoop, SyncLoopHealth, SyncLoopInputs, SyncSetti
 use crate::tasks::{TaskError, Tasks};
 use crate::volume::VolumeManager;
 use crate::{
-    certificate, events, eviction, node, pleg, podresources, server, sources, stats, status,
+    certificate, events, eviction, node, nodeshutdown, pleg, podresources, server, sources, stats,
+    status,
 };
 
 /// Why the kubelet could not start, or stopped on its own.
@@ -127,13 +128,26 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         .with_api_client(api.clone()),
     );
     let status = status::spawn(api.as_ref(), &node_name, &mut tasks, &cancel);
-    let evictions = eviction::spawn(
+    let (kills, evictions) = eviction::queue();
+    eviction::spawn(
         status.clone(),
         root_dir.clone(),
         events.clone(),
+        kills.clone(),
         &mut tasks,
         &cancel,
     );
+    let (shutting_down_tx, shutting_down) = tokio::sync::watch::channel(false);
+    if let Some(shutdown) = nodeshutdown::ShutdownSettings::from_settings(&settings) {
+        nodeshutdown::spawn(
+            shutdown,
+            status.clone(),
+            kills,
+            shutting_down_tx,
+            &mut tasks,
+            &cancel,
+        );
+    }
     let (probes, probe_changes) = ProbeManager::new(cri.clone(), status.clone(), events.clone());
 
     // Pod sources → PodConfig → sync loop ◄── PLEG.
@@ -189,15 +203,16 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
     );
     if let Some(client) = &api {
         let (cri, health) = (cri.clone(), pleg.health.clone());
-        node::spawn(
-            node_settings,
-            client.clone(),
+        let ctx = node::NodeContext {
+            client: client.clone(),
+            node_name: node_settings.hostname.clone(),
+            settings: node_settings,
             cri,
-            health,
+            pleg: health,
             events,
-            &mut tasks,
-            &cancel,
-        );
+            shutting_down,
+        };
+        node::spawn(ctx, &mut tasks, &cancel);
     }
 
     // The servers, which only read.

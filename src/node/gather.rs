@@ -161,12 +161,16 @@ pub async fn gather(
         Err(e) => warn!(err = %e, "Listing images for the node status failed"),
     }
     let since_relist = ctx.pleg.since_last_relist();
+    let mut ready_errors = tracker.ready_errors(Instant::now(), since_relist);
+    if *ctx.shutting_down.borrow() {
+        ready_errors.push(crate::nodeshutdown::NOT_READY.to_string());
+    }
     Ok(StatusInputs {
         machine,
         container_runtime_version: tracker.runtime_version(version.as_ref()),
         images: tracker.images.clone(),
         runtime_handlers: tracker.handlers.clone(),
-        ready_errors: tracker.ready_errors(Instant::now(), since_relist),
+        ready_errors,
         pressure: Pressure::default(),
     })
 }

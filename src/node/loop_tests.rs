@@ -47,6 +47,7 @@ fn context(client: kube::Client, cri: &FakeCri, settings: NodeSettings) -> NodeC
         cri: cri.client.clone(),
         pleg: Arc::new(PlegHealth::default()),
         events: Default::default(),
+        shutting_down: tokio::sync::watch::channel(false).1,
     }
 }
 

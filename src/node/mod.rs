@@ -119,6 +119,8 @@ pub struct NodeContext {
     pub cri: RuntimeClient,
     pub pleg: Arc<PlegHealth>,
     pub events: crate::events::EventRecorder,
+    /// True while the node shutdown manager handles a shutdown (the node is then NotReady).
+    pub shutting_down: tokio::sync::watch::Receiver<bool>,
 }
 
 impl NodeContext {
@@ -221,23 +223,7 @@ async fn sleep_or_cancel(cancel: &CancellationToken, d: Duration) -> bool {
 }
 
 /// The node's presence in the API server, in `tasks`.
-pub fn spawn(
-    settings: NodeSettings,
-    client: kube::Client,
-    cri: RuntimeClient,
-    pleg: Arc<PlegHealth>,
-    events: crate::events::EventRecorder,
-    tasks: &mut crate::tasks::Tasks,
-    cancel: &CancellationToken,
-) {
-    let ctx = NodeContext {
-        client,
-        node_name: settings.hostname.clone(),
-        settings,
-        cri,
-        pleg,
-        events,
-    };
+pub fn spawn(ctx: NodeContext, tasks: &mut crate::tasks::Tasks, cancel: &CancellationToken) {
     tasks.critical("node status and lease", run(ctx, cancel.child_token()));
 }
 

@@ -12,7 +12,7 @@ use tracing::{debug, info, warn};
 
 use super::build::{self, Pressure, StatusInputs};
 use super::gather::{RuntimeTracker, gather};
-use super::{NodeContext, NodeError, api_call, register, sleep_or_cancel};
+use super::{NodeContext, NodeError, api_call, register};
 
 /// Upstream tries a status update this many times in a row before waiting for the next tick.
 const UPDATE_RETRIES: usize = 5;
@@ -147,14 +147,19 @@ pub async fn run_status_loop(
     };
     let mut last_report: Option<Instant> = None;
     let mut announced = None;
+    let mut shutting_down = ctx.shutting_down.clone();
     loop {
         if let Err(NodeError::Cancelled) =
             sync_status(ctx, &mut tracker, &mut last_report, &mut announced, cancel).await
         {
             return;
         }
-        if !sleep_or_cancel(cancel, period).await {
-            return;
+        // A shutdown (or its cancellation) is reported at once, as upstream syncs the node
+        // status when logind announces one.
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(period) => {}
+            Ok(()) = shutting_down.changed() => {}
         }
     }
 }

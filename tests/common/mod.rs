@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod systemd_node;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
