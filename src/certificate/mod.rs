@@ -6,6 +6,7 @@
 //! client to reconnect: a kube::Client reads its certificate once, when built.
 
 pub(crate) mod der;
+pub mod pki;
 pub mod store;
 
 use std::path::{Path, PathBuf};

@@ -43,7 +43,8 @@ pub enum TlsError {
 /// Accepts any client certificate at the handshake, proving only that the client holds its
 /// key; whether the chain is trusted is decided per request by the x509 authenticator. That
 /// is upstream's RequestClientCert: an untrusted certificate gets 401, not a TLS failure, and
-/// the CA file can be reloaded without rebuilding the TLS configuration.
+/// the CA file can be reloaded without rebuilding the TLS configuration. The key is read from
+/// the certificate by our own parser, so v1 certificates work as with Go.
 struct RequestClientCert {
     provider: Arc<CryptoProvider>,
 }
@@ -80,11 +81,12 @@ impl ClientCertVerifier for RequestClientCert {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
+        crate::certificate::pki::verify_handshake_signature(
             message,
             cert,
             dss,
             &self.provider.signature_verification_algorithms,
+            false,
         )
     }
 
@@ -94,11 +96,12 @@ impl ClientCertVerifier for RequestClientCert {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
+        crate::certificate::pki::verify_handshake_signature(
             message,
             cert,
             dss,
             &self.provider.signature_verification_algorithms,
+            true,
         )
     }
 
@@ -107,6 +110,11 @@ impl ClientCertVerifier for RequestClientCert {
             .signature_verification_algorithms
             .supported_schemes()
     }
+}
+
+/// The handshake side of upstream's RequestClientCert, for servers in tests too.
+pub(crate) fn request_client_cert(provider: Arc<CryptoProvider>) -> Arc<dyn ClientCertVerifier> {
+    Arc::new(RequestClientCert { provider })
 }
 
 /// The ring provider cut down to the configured suites and curves.
@@ -162,7 +170,7 @@ pub fn server_config(
     let builder = if cfg.authentication.x509.client_ca_file.is_empty() {
         builder.with_no_client_auth()
     } else {
-        builder.with_client_cert_verifier(Arc::new(RequestClientCert { provider }))
+        builder.with_client_cert_verifier(request_client_cert(provider))
     };
     let mut config = builder.with_single_cert(serving.chain, serving.key)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
