@@ -45,7 +45,6 @@ pub enum Identity {
     /// These files instead (they may be one file holding both): the certificate store's
     /// current pair once rotation owns the certificate, as upstream's rotating transport
     /// takes the certificate manager's pair over the kubeconfig's.
-    #[allow(dead_code)] // Rotation from an embedded kubeconfig uses it next.
     Files {
         /// The certificate (chain) PEM.
         cert: PathBuf,
@@ -222,10 +221,10 @@ pub struct Reloader {
 }
 
 impl Reloader {
-    /// Re-reads the kubeconfig (and the certificate files it names); requests from now on use
+    /// Re-reads the kubeconfig and the certificate `identity` names; requests from now on use
     /// new connections. Requests already running, watches included, finish on the old ones.
-    pub async fn reload(&self) -> Result<(), ApiClientError> {
-        let fresh = connect(&self.kubeconfig, self.timeout).await?;
+    pub async fn reload(&self, identity: &Identity) -> Result<(), ApiClientError> {
+        let fresh = connect_with(&self.kubeconfig, self.timeout, identity).await?;
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = fresh;
         Ok(())
     }
@@ -258,8 +257,9 @@ impl tower::Service<http::Request<kube::client::Body>> for Current {
 pub async fn reloadable(
     kubeconfig: &Path,
     timeout: Duration,
+    identity: &Identity,
 ) -> Result<(kube::Client, Reloader), ApiClientError> {
-    let inner = connect(kubeconfig, timeout).await?;
+    let inner = connect_with(kubeconfig, timeout, identity).await?;
     let namespace = inner.default_namespace().to_string();
     let current = Arc::new(RwLock::new(inner));
     let client = kube::Client::new(Current(current.clone()), namespace);
@@ -382,9 +382,13 @@ mod tests {
                 "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:{port}\n    certificate-authority: {d}/ca.pem\nusers:\n- name: u\n  user:\n    client-certificate: {d}/client.pem\n    client-key: {d}/client.key\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n"
             ),
         );
-        let (client, reloader) = reloadable(&dir.path().join("kubeconfig"), Duration::from_secs(5))
-            .await
-            .unwrap();
+        let (client, reloader) = reloadable(
+            &dir.path().join("kubeconfig"),
+            Duration::from_secs(5),
+            &Identity::Kubeconfig,
+        )
+        .await
+        .unwrap();
         let get = || async {
             let req = http::Request::get("/version").body(Vec::new()).unwrap();
             client.request_text(req).await.unwrap();
@@ -395,7 +399,7 @@ mod tests {
         write("client.pem", &new.cert);
         write("client.key", &new.key);
         assert_eq!(get().await, old.der);
-        reloader.reload().await.unwrap();
+        reloader.reload(&Identity::Kubeconfig).await.unwrap();
         assert_eq!(get().await, new.der);
     }
 

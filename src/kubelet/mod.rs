@@ -95,6 +95,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         _ = cancel.cancelled() => return Ok(()),
     };
     let (listeners, server_settings) = Listeners::bind(&settings, &host, api.as_ref()).await?;
+    let serving_cert = listeners.serving_cert.clone();
     let pod_resources = podresources::bind(root_dir)?;
 
     let events = events::spawn(api.as_ref(), (&settings).into(), &mut tasks, &cancel);
@@ -188,7 +189,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
     );
     if let Some(client) = &api {
         let (cri, health) = (cri.clone(), pleg.health.clone());
-        node::spawn(
+        let addresses = node::spawn(
             node_settings,
             client.clone(),
             cri,
@@ -197,6 +198,21 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
             &mut tasks,
             &cancel,
         );
+        // Upstream starts the serving certificate manager only with an API client.
+        if let Some(cert) = serving_cert.filter(|_| cfg.server_tls_bootstrap) {
+            let rotation = certificate::serving::ServingRotation {
+                client: client.clone(),
+                cert_dir: settings.flags.cert_dir.clone(),
+                node_name: node_name.clone(),
+                timeout: cfg.runtime_request_timeout.0,
+                cert,
+                addresses,
+            };
+            tasks.background(
+                "serving certificate rotation",
+                certificate::serving::run(rotation, cancel.child_token()),
+            );
+        }
     }
 
     // The servers, which only read.

@@ -47,6 +47,7 @@ fn context(client: kube::Client, cri: &FakeCri, settings: NodeSettings) -> NodeC
         cri: cri.client.clone(),
         pleg: Arc::new(PlegHealth::default()),
         events: Default::default(),
+        addresses: Arc::new(tokio::sync::watch::channel(Vec::new()).0),
     }
 }
 

@@ -119,6 +119,9 @@ pub struct NodeContext {
     pub cri: RuntimeClient,
     pub pleg: Arc<PlegHealth>,
     pub events: crate::events::EventRecorder,
+    /// The node's addresses as the API server last accepted them (upstream's
+    /// lastObservedNodeAddresses), for the serving certificate's names.
+    pub addresses: Arc<tokio::sync::watch::Sender<Vec<k8s_openapi::api::core::v1::NodeAddress>>>,
 }
 
 impl NodeContext {
@@ -220,7 +223,8 @@ async fn sleep_or_cancel(cancel: &CancellationToken, d: Duration) -> bool {
     }
 }
 
-/// The node's presence in the API server, in `tasks`.
+/// The node's presence in the API server, in `tasks`. Returns the node's addresses as each
+/// status update leaves them.
 pub fn spawn(
     settings: NodeSettings,
     client: kube::Client,
@@ -229,7 +233,8 @@ pub fn spawn(
     events: crate::events::EventRecorder,
     tasks: &mut crate::tasks::Tasks,
     cancel: &CancellationToken,
-) {
+) -> tokio::sync::watch::Receiver<Vec<k8s_openapi::api::core::v1::NodeAddress>> {
+    let (addresses, observed) = tokio::sync::watch::channel(Vec::new());
     let ctx = NodeContext {
         client,
         node_name: settings.hostname.clone(),
@@ -237,8 +242,10 @@ pub fn spawn(
         cri,
         pleg,
         events,
+        addresses: Arc::new(addresses),
     };
     tasks.critical("node status and lease", run(ctx, cancel.child_token()));
+    observed
 }
 
 /// Registers the node (when configured to), then keeps its status and lease current until
