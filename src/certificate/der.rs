@@ -1,5 +1,6 @@
-//! Just enough DER to read a certificate's validity window and, in tests, a CSR's subject.
-//! A full X.509 parser would be a large dependency for two timestamps.
+//! Just enough DER to read a certificate's validity window and subject, split a certificate
+//! into the parts its signature covers and, in tests, read a CSR's subject. Extensions are
+//! read with x509-parser (see pki.rs).
 
 use jiff::Timestamp;
 
@@ -40,6 +41,14 @@ pub(crate) fn read(input: &[u8]) -> Option<(Tlv<'_>, &[u8])> {
         },
         &rest[len..],
     ))
+}
+
+/// The first element of `input` whole (tag and length included) and what follows it: the
+/// bytes a signature covers.
+pub(crate) fn read_raw(input: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (_, rest) = read(input)?;
+    let len = input.len() - rest.len();
+    Some((&input[..len], rest))
 }
 
 /// All elements inside a constructed element's body.

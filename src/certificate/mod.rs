@@ -6,6 +6,8 @@
 //! client to reconnect: a kube::Client reads its certificate once, when built.
 
 pub(crate) mod der;
+pub mod pki;
+pub mod serving;
 pub mod store;
 
 use std::path::{Path, PathBuf};
@@ -147,8 +149,9 @@ pub enum ConnectError {
 }
 
 /// API server mode, decided as upstream does: TLS bootstrap first when a bootstrap kubeconfig
-/// is given, then a client from `--kubeconfig` when that file exists, with its certificate
-/// kept rotated in `tasks`. `None` means standalone.
+/// is given, then a client from `--kubeconfig` when that file exists. With
+/// `rotateCertificates` the certificate store owns the client certificate (see
+/// [`client_store_start`]) and keeps it rotated in `tasks`. `None` means standalone.
 pub async fn connect(
     s: &ClientSettings,
     tasks: &mut crate::tasks::Tasks,
@@ -167,21 +170,93 @@ pub async fn connect(
     let Some(kubeconfig) = s.kubeconfig.as_ref().filter(|k| k.exists()) else {
         return Ok(None);
     };
-    let (client, reloader) = apiclient::reloadable(kubeconfig, s.timeout).await?;
-    if s.rotate {
-        tasks.background(
-            "client certificate rotation",
-            run_rotation(
-                kubeconfig.clone(),
-                s.cert_dir.clone(),
-                s.node_name.clone(),
-                s.timeout,
-                reloader,
-                cancel.child_token(),
-            ),
-        );
+    if !s.rotate {
+        let (client, _) =
+            apiclient::reloadable(kubeconfig, s.timeout, &apiclient::Identity::Kubeconfig).await?;
+        return Ok(Some(client));
     }
+    let start = client_store_start(kubeconfig, &s.cert_dir, Timestamp::now())?;
+    let (client, reloader) = apiclient::reloadable(kubeconfig, s.timeout, &start.identity).await?;
+    tasks.background(
+        "client certificate rotation",
+        run_rotation(
+            Rotation {
+                kubeconfig: kubeconfig.clone(),
+                cert_dir: s.cert_dir.clone(),
+                node_name: s.node_name.clone(),
+                timeout: s.timeout,
+                current: start.cert,
+                force: start.force,
+            },
+            reloader,
+            cancel.child_token(),
+        ),
+    );
     Ok(Some(client))
+}
+
+/// How client rotation starts: which certificate the client presents and whether to replace
+/// it at once.
+#[derive(Debug, PartialEq)]
+pub struct StoreStart {
+    pub identity: apiclient::Identity,
+    /// The certificate file whose validity schedules the next rotation, if any.
+    pub cert: Option<PathBuf>,
+    pub force: bool,
+}
+
+/// Upstream's client certificate manager start: the store's pair (`kubelet-client-current.pem`,
+/// else the files the kubeconfig names, else `kubelet-client.crt`/`.key` in the directory)
+/// while it has not expired. Otherwise a certificate embedded in the kubeconfig (what
+/// `kubeadm init` writes into kubelet.conf) is written into the store and rotated at once,
+/// "a higher powered certificate ... rotated out immediately"; with none, a certificate is
+/// requested at once with the kubeconfig's credentials.
+pub fn client_store_start(
+    kubeconfig: &Path,
+    cert_dir: &Path,
+    now: Timestamp,
+) -> Result<StoreStart, CertError> {
+    let user = kubeconfig_user(kubeconfig)?;
+    let named = user.files.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
+    if let Some((cert, key)) = store::current_pair(cert_dir, store::CLIENT_PREFIX, named) {
+        match std::fs::read(&cert) {
+            Ok(pem) if certs_unexpired(&pem, now) => {
+                return Ok(StoreStart {
+                    identity: apiclient::Identity::Files {
+                        cert: cert.clone(),
+                        key,
+                    },
+                    cert: Some(cert),
+                    force: false,
+                });
+            }
+            _ => {
+                warn!(cert = %cert.display(), "Client certificate in the store has expired or is unreadable")
+            }
+        }
+    }
+    if let Some((cert_pem, key_pem)) = user.embedded {
+        let (cert_pem, key_pem) = (
+            String::from_utf8_lossy(&cert_pem).into_owned(),
+            String::from_utf8_lossy(&key_pem).into_owned(),
+        );
+        store::store_pair(cert_dir, &cert_pem, &key_pem, now)?;
+        let current = store::current_path(cert_dir);
+        info!(cert = %current.display(), "Stored the kubeconfig's embedded client certificate; rotating it now");
+        return Ok(StoreStart {
+            identity: apiclient::Identity::Files {
+                cert: current.clone(),
+                key: current.clone(),
+            },
+            cert: Some(current),
+            force: true,
+        });
+    }
+    Ok(StoreStart {
+        identity: apiclient::Identity::Kubeconfig,
+        cert: None,
+        force: true,
+    })
 }
 
 /// Makes sure `kubeconfig` holds a usable client certificate: when it is missing or its
@@ -223,27 +298,43 @@ pub async fn bootstrap_if_needed(
     Ok(())
 }
 
-/// Renews the client certificate in `cert_dir` at a random 70-90 % of its lifetime, using the
-/// current certificate (through `kubeconfig`) to authenticate, until `cancel`.
+/// What client rotation works with.
+#[derive(Debug)]
+pub struct Rotation {
+    /// Authenticates the certificate requests, as upstream's rotation uses the kubeconfig's
+    /// credentials (for kubeadm's embedded certificate, that certificate).
+    pub kubeconfig: PathBuf,
+    pub cert_dir: PathBuf,
+    pub node_name: String,
+    pub timeout: Duration,
+    /// The certificate in use, if any.
+    pub current: Option<PathBuf>,
+    /// Rotate at once rather than at 70-90 % of the lifetime.
+    pub force: bool,
+}
+
+/// Renews the client certificate in `cert_dir` at a random 70-90 % of its lifetime (at once
+/// when forced), until `cancel`. After each renewal the client presents the new pair.
 pub async fn run_rotation(
-    kubeconfig: PathBuf,
-    cert_dir: PathBuf,
-    node_name: String,
-    timeout: Duration,
+    mut r: Rotation,
     client: crate::apiclient::Reloader,
     cancel: CancellationToken,
 ) {
-    let current = store::current_path(&cert_dir);
     loop {
-        let (not_before, not_after) = match read_validity(&current) {
-            Ok(v) => v,
-            Err(err) => {
-                warn!(%err, path = %current.display(), "No client certificate to rotate; rotation off");
-                return;
-            }
+        let at = match (&r.current, r.force) {
+            (Some(cert), false) => match read_validity(cert) {
+                Ok((not_before, not_after)) => {
+                    let at = rotation_deadline(not_before, not_after, jitter());
+                    info!(%not_after, rotate_at = %at, "Client certificate rotation scheduled");
+                    at
+                }
+                Err(err) => {
+                    warn!(%err, path = %cert.display(), "Client certificate unreadable; rotation off");
+                    return;
+                }
+            },
+            _ => Timestamp::now(),
         };
-        let at = rotation_deadline(not_before, not_after, jitter());
-        info!(%not_after, rotate_at = %at, "Client certificate rotation scheduled");
         let wait = Timestamp::now()
             .duration_until(at)
             .try_into()
@@ -252,12 +343,19 @@ pub async fn run_rotation(
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
         }
-        match rotate_once(&kubeconfig, &cert_dir, &node_name, timeout, &cancel).await {
+        match rotate_once(&r.kubeconfig, &r.cert_dir, &r.node_name, r.timeout, &cancel).await {
             Ok(path) => {
                 info!(cert = %path.display(), "Rotated the client certificate");
+                let current = store::current_path(&r.cert_dir);
+                r.current = Some(current.clone());
+                r.force = false;
                 // The certificate is already on disk; a failed reload is retried at the next
                 // rotation, and the old certificate stays valid until then.
-                if let Err(err) = client.reload().await {
+                let identity = crate::apiclient::Identity::Files {
+                    cert: current.clone(),
+                    key: current,
+                };
+                if let Err(err) = client.reload(&identity).await {
                     warn!(%err, "API client still uses the previous certificate");
                 }
             }
@@ -286,14 +384,18 @@ pub async fn rotate_once(
 }
 
 /// `not_before + fraction * lifetime`.
-fn rotation_deadline(not_before: Timestamp, not_after: Timestamp, fraction: f64) -> Timestamp {
+pub(crate) fn rotation_deadline(
+    not_before: Timestamp,
+    not_after: Timestamp,
+    fraction: f64,
+) -> Timestamp {
     let life = not_after.as_millisecond() - not_before.as_millisecond();
     let offset = (life.max(0) as f64 * fraction) as i64;
     Timestamp::from_millisecond(not_before.as_millisecond() + offset).unwrap_or(not_before)
 }
 
 /// A fraction in [0.7, 0.9), random enough to spread a fleet's renewals.
-fn jitter() -> f64 {
+pub(crate) fn jitter() -> f64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(Timestamp::now().as_nanosecond() as u128);
@@ -302,8 +404,28 @@ fn jitter() -> f64 {
 
 /// A new ECDSA P-256 key and a PEM CSR for the node's client identity.
 fn node_csr(node_name: &str) -> Result<(String, rcgen::KeyPair), CertError> {
+    node_csr_for(node_name, &[], &[])
+}
+
+/// A new ECDSA P-256 key and a PEM CSR naming the node, with these subject alternative names
+/// (a serving certificate's).
+pub(crate) fn node_csr_for(
+    node_name: &str,
+    dns_names: &[String],
+    ips: &[std::net::IpAddr],
+) -> Result<(String, rcgen::KeyPair), CertError> {
     let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
     let mut params = rcgen::CertificateParams::default();
+    for name in dns_names {
+        let name = name
+            .clone()
+            .try_into()
+            .map_err(|_| CertError::BadCertificate(format!("name {name:?} is not a DNS name")))?;
+        params.subject_alt_names.push(rcgen::SanType::DnsName(name));
+    }
+    params
+        .subject_alt_names
+        .extend(ips.iter().map(|ip| rcgen::SanType::IpAddress(*ip)));
     let mut dn = rcgen::DistinguishedName::new();
     dn.push(rcgen::DnType::OrganizationName, "system:nodes");
     dn.push(
@@ -326,15 +448,42 @@ async fn request_and_store(
 ) -> Result<PathBuf, CertError> {
     let client = apiclient::connect(auth_kubeconfig, timeout).await?;
     let (csr_pem, key) = node_csr(node_name)?;
+    let request = CsrRequest {
+        signer: SIGNER_NAME,
+        usages: &USAGES,
+        generate_name: "node-csr-",
+        what: "client",
+    };
+    let cert_pem = request_certificate(client, &request, &csr_pem, timeout, cancel).await?;
+    store::store_pair(cert_dir, &cert_pem, &key.serialize_pem(), Timestamp::now())
+}
+
+/// What a certificate signing request asks for.
+pub(crate) struct CsrRequest<'a> {
+    pub signer: &'a str,
+    pub usages: &'a [&'a str],
+    pub generate_name: &'a str,
+    /// For log lines: "client", "serving".
+    pub what: &'a str,
+}
+
+/// Creates a CSR for `csr_pem` and waits for its certificate (PEM text, checked to parse).
+pub(crate) async fn request_certificate(
+    client: kube::Client,
+    request: &CsrRequest<'_>,
+    csr_pem: &str,
+    timeout: Duration,
+    cancel: &CancellationToken,
+) -> Result<String, CertError> {
     let api: Api<CertificateSigningRequest> = Api::all(client);
-    let name = create_csr(&api, &csr_pem, timeout).await?;
-    info!(csr = %name, "Waiting for the client certificate to be issued");
+    let name = create_csr(&api, request, csr_pem, timeout).await?;
+    info!(csr = %name, signer = request.signer, "Waiting for the {} certificate to be issued", request.what);
     let cert = wait_for_certificate(&api, &name, timeout, cancel).await?;
     let cert_pem = String::from_utf8(cert)
         .map_err(|_| CertError::BadCertificate(format!("from {name} is not PEM text")))?;
     first_validity(cert_pem.as_bytes())
         .ok_or_else(|| CertError::BadCertificate(format!("from {name} cannot be parsed")))?;
-    store::store_pair(cert_dir, &cert_pem, &key.serialize_pem(), Timestamp::now())
+    Ok(cert_pem)
 }
 
 async fn bounded<T>(
@@ -356,18 +505,19 @@ async fn bounded<T>(
 
 async fn create_csr(
     api: &Api<CertificateSigningRequest>,
+    request: &CsrRequest<'_>,
     csr_pem: &str,
     timeout: Duration,
 ) -> Result<String, CertError> {
     let obj = CertificateSigningRequest {
         metadata: ObjectMeta {
-            generate_name: Some("node-csr-".into()),
+            generate_name: Some(request.generate_name.into()),
             ..Default::default()
         },
         spec: CertificateSigningRequestSpec {
             request: ByteString(csr_pem.as_bytes().to_vec()),
-            signer_name: SIGNER_NAME.into(),
-            usages: Some(USAGES.iter().map(|u| u.to_string()).collect()),
+            signer_name: request.signer.into(),
+            usages: Some(request.usages.iter().map(|u| u.to_string()).collect()),
             ..Default::default()
         },
         status: None,
@@ -513,6 +663,71 @@ fn certs_unexpired(pem_text: &[u8], now: Timestamp) -> bool {
         && certs
             .iter()
             .all(|v| v.is_some_and(|(_, not_after)| now <= not_after))
+}
+
+/// The client credentials of a kubeconfig's current user: the files it names, or the
+/// certificate and key it embeds.
+#[derive(Debug, Default)]
+struct KubeconfigUser {
+    files: Option<(PathBuf, PathBuf)>,
+    embedded: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+fn kubeconfig_user(kubeconfig: &Path) -> Result<KubeconfigUser, CertError> {
+    use base64::Engine;
+    use secrecy::ExposeSecret;
+    let bad = |reason: &str| CertError::BadKubeconfig {
+        path: kubeconfig.to_path_buf(),
+        reason: reason.to_string(),
+    };
+    let auth = current_auth_info(kubeconfig)?;
+    let decode = |what: &str, data: &str| {
+        base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .map_err(|_| bad(&format!("{what} is not base64")))
+    };
+    let mut user = KubeconfigUser::default();
+    if let (Some(c), Some(k)) = (&auth.client_certificate_data, &auth.client_key_data) {
+        user.embedded = Some((
+            decode("client-certificate-data", c)?,
+            decode("client-key-data", k.expose_secret())?,
+        ));
+    }
+    if let (Some(c), Some(k)) = (&auth.client_certificate, &auth.client_key) {
+        let base = kubeconfig.parent().unwrap_or(Path::new("."));
+        user.files = Some((base.join(c), base.join(k)));
+    }
+    Ok(user)
+}
+
+/// The user of the current context of `kubeconfig`.
+fn current_auth_info(kubeconfig: &Path) -> Result<kube::config::AuthInfo, CertError> {
+    let bad = |reason: &str| CertError::BadKubeconfig {
+        path: kubeconfig.to_path_buf(),
+        reason: reason.to_string(),
+    };
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|source| {
+        CertError::Kubeconfig {
+            path: kubeconfig.to_path_buf(),
+            source,
+        }
+    })?;
+    let ctx_name = kc
+        .current_context
+        .as_deref()
+        .ok_or_else(|| bad("no current-context"))?;
+    let user = kc
+        .contexts
+        .iter()
+        .find(|c| c.name == ctx_name)
+        .and_then(|c| c.context.as_ref())
+        .and_then(|c| c.user.as_deref())
+        .ok_or_else(|| bad("current context has no user"))?;
+    kc.auth_infos
+        .iter()
+        .find(|a| a.name == user)
+        .and_then(|a| a.auth_info.clone())
+        .ok_or_else(|| bad("user not found"))
 }
 
 /// The client certificate PEM named by the current context of `kubeconfig`.
@@ -709,5 +924,91 @@ mod tests {
             csr_state(&csr_with(vec![("Denied", "Nope")], None)),
             CsrState::Refused { condition, reason, .. } if condition == "Denied" && reason == "Nope"
         ));
+    }
+
+    fn embedded_kubeconfig(dir: &Path, cert_pem: &str, key_pem: &str) -> PathBuf {
+        use base64::Engine;
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let path = dir.join("kubelet.conf");
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:1\nusers:\n- name: u\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n",
+                b64(cert_pem),
+                b64(key_pem)
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    #[test]
+    fn embedded_certificate_goes_to_the_store_and_is_rotated_at_once() {
+        use pki::testing::{TestCa, pem_of};
+        let dir = tempfile::tempdir().unwrap();
+        let cert_dir = dir.path().join("pki");
+        let ca = TestCa::v3("ca");
+        // kubeadm's kubelet.conf: a v1 one here, as openssl makes them without -extfile.
+        let (der, key) = ca.v1_leaf("system:node:n1", Some("system:nodes"));
+        let cert_pem = pem_of("CERTIFICATE", &der);
+        let kc = embedded_kubeconfig(dir.path(), &cert_pem, &key.serialize_pem());
+        let start = client_store_start(&kc, &cert_dir, Timestamp::now()).unwrap();
+        let current = store::current_path(&cert_dir);
+        assert_eq!(
+            start,
+            StoreStart {
+                identity: apiclient::Identity::Files {
+                    cert: current.clone(),
+                    key: current.clone(),
+                },
+                cert: Some(current.clone()),
+                force: true,
+            }
+        );
+        let stored = std::fs::read_to_string(&current).unwrap();
+        assert!(stored.starts_with(&cert_pem), "{stored}");
+        assert!(stored.contains("PRIVATE KEY"));
+        let link = std::fs::read_link(&current).unwrap();
+        assert!(link.to_string_lossy().starts_with("kubelet-client-2"));
+
+        // Next start: the store's pair is used as it is, no forced rotation.
+        let again = client_store_start(&kc, &cert_dir, Timestamp::now()).unwrap();
+        assert!(!again.force);
+        assert_eq!(again.cert, Some(current.clone()));
+        // Once it has expired, the embedded one is stored again and rotated.
+        let later = Timestamp::now() + jiff::SignedDuration::from_hours(24 * 3);
+        assert!(client_store_start(&kc, &cert_dir, later).unwrap().force);
+    }
+
+    #[test]
+    fn kubeconfig_files_are_used_until_the_store_has_a_pair() {
+        let dir = tempfile::tempdir().unwrap();
+        let cert_dir = dir.path().join("pki");
+        let now = Timestamp::now();
+        let day = jiff::SignedDuration::from_hours(24);
+        let pem_path = dir.path().join("client.pem");
+        std::fs::write(&pem_path, self_signed(now - day, now + day * 2)).unwrap();
+        let info = store::ClusterInfo {
+            server: "https://127.0.0.1:1".into(),
+            ca_file: None,
+            ca_data: None,
+            insecure: false,
+        };
+        let kc = dir.path().join("kubelet.conf");
+        store::write_atomic(&kc, &store::kubeconfig_yaml(&info, &pem_path)).unwrap();
+        let start = client_store_start(&kc, &cert_dir, now).unwrap();
+        assert_eq!(start.cert, Some(pem_path.clone()));
+        assert!(!start.force);
+        assert!(!store::current_path(&cert_dir).exists(), "nothing written");
+        // A kubeconfig without any client certificate asks for one at once.
+        let token_kc = dir.path().join("token.conf");
+        std::fs::write(
+            &token_kc,
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:1\nusers:\n- name: u\n  user:\n    token: abc\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n",
+        )
+        .unwrap();
+        let start = client_store_start(&token_kc, &dir.path().join("empty"), now).unwrap();
+        assert_eq!(start.identity, apiclient::Identity::Kubeconfig);
+        assert!(start.force);
     }
 }

@@ -10,10 +10,39 @@ use jiff::Timestamp;
 use super::CertError;
 
 pub const CLIENT_PREFIX: &str = "kubelet-client";
+pub const SERVER_PREFIX: &str = "kubelet-server";
 pub const CURRENT_FILE: &str = "kubelet-client-current.pem";
 
 pub fn current_path(cert_dir: &Path) -> PathBuf {
     cert_dir.join(CURRENT_FILE)
+}
+
+/// `<prefix>-current.pem`, the link to the pair in use.
+pub fn current_path_for(cert_dir: &Path, prefix: &str) -> PathBuf {
+    cert_dir.join(format!("{prefix}-current.pem"))
+}
+
+/// Where a store finds its pair, in upstream's order: the `-current.pem` link, then the
+/// files named elsewhere (the kubeconfig's, or tlsCertFile/tlsPrivateKeyFile), then
+/// `<prefix>.crt`/`<prefix>.key` in the directory. The first whose files exist wins.
+pub fn current_pair(
+    cert_dir: &Path,
+    prefix: &str,
+    named: Option<(&Path, &Path)>,
+) -> Option<(PathBuf, PathBuf)> {
+    let current = current_path_for(cert_dir, prefix);
+    if current.exists() {
+        return Some((current.clone(), current));
+    }
+    let named = named.map(|(c, k)| (c.to_path_buf(), k.to_path_buf()));
+    let in_dir = (
+        cert_dir.join(format!("{prefix}.crt")),
+        cert_dir.join(format!("{prefix}.key")),
+    );
+    named
+        .into_iter()
+        .chain(std::iter::once(in_dir))
+        .find(|(c, k)| c.exists() && k.exists())
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CertError + '_ {
@@ -31,9 +60,20 @@ pub fn store_pair(
     key_pem: &str,
     now: Timestamp,
 ) -> Result<PathBuf, CertError> {
+    store_pair_for(cert_dir, CLIENT_PREFIX, cert_pem, key_pem, now)
+}
+
+/// [`store_pair`] for the store named `prefix` (`kubelet-client`, `kubelet-server`).
+pub fn store_pair_for(
+    cert_dir: &Path,
+    prefix: &str,
+    cert_pem: &str,
+    key_pem: &str,
+    now: Timestamp,
+) -> Result<PathBuf, CertError> {
     std::fs::create_dir_all(cert_dir).map_err(io(cert_dir))?;
     let stamp = now.strftime("%Y-%m-%d-%H-%M-%S").to_string();
-    let name = format!("{CLIENT_PREFIX}-{stamp}.pem");
+    let name = format!("{prefix}-{stamp}.pem");
     let file = cert_dir.join(&name);
     let mut out = std::fs::OpenOptions::new()
         .write(true)
@@ -52,13 +92,13 @@ pub fn store_pair(
     out.sync_all().map_err(io(&file))?;
 
     // A relative target keeps the link valid if the directory is moved or bind-mounted.
-    let tmp = cert_dir.join(format!(".{CURRENT_FILE}.tmp"));
+    let current = current_path_for(cert_dir, prefix);
+    let tmp = cert_dir.join(format!(".{prefix}-current.pem.tmp"));
     match std::fs::remove_file(&tmp) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(&tmp)(e)),
         _ => {}
     }
     std::os::unix::fs::symlink(&name, &tmp).map_err(io(&tmp))?;
-    let current = current_path(cert_dir);
     std::fs::rename(&tmp, &current).map_err(io(&current))?;
     Ok(file)
 }

@@ -97,6 +97,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         _ = cancel.cancelled() => return Ok(()),
     };
     let (listeners, server_settings) = Listeners::bind(&settings, &host, api.as_ref()).await?;
+    let serving_cert = listeners.serving_cert.clone();
     let pod_resources = podresources::bind(root_dir)?;
 
     let events = events::spawn(api.as_ref(), (&settings).into(), &mut tasks, &cancel);
@@ -211,8 +212,24 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
             pleg: health,
             events,
             shutting_down,
+            addresses: Arc::new(tokio::sync::watch::channel(Vec::new()).0),
         };
-        node::spawn(ctx, &mut tasks, &cancel);
+        let addresses = node::spawn(ctx, &mut tasks, &cancel);
+        // Upstream starts the serving certificate manager only with an API client.
+        if let Some(cert) = serving_cert.filter(|_| cfg.server_tls_bootstrap) {
+            let rotation = certificate::serving::ServingRotation {
+                client: client.clone(),
+                cert_dir: settings.flags.cert_dir.clone(),
+                node_name: node_name.clone(),
+                timeout: cfg.runtime_request_timeout.0,
+                cert,
+                addresses,
+            };
+            tasks.background(
+                "serving certificate rotation",
+                certificate::serving::run(rotation, cancel.child_token()),
+            );
+        }
     }
 
     // The servers, which only read.

@@ -42,6 +42,10 @@ pub struct KubeletMetrics {
     pub http_requests_duration: Histogram,
     pub http_inflight_requests: Scalar,
     pub evictions: Scalar,
+    /// When the serving certificate expires (Unix seconds): unset while the serving
+    /// certificate manager does not run (the family is then not exposed, as upstream
+    /// registers it with the manager), `Some(None)` while it has no certificate.
+    pub server_cert_not_after: std::sync::Mutex<Option<Option<f64>>>,
 }
 
 impl KubeletMetrics {
@@ -150,7 +154,28 @@ impl KubeletMetrics {
                 "Cumulative number of pod evictions by eviction signal",
                 &["eviction_signal"],
             )),
+            server_cert_not_after: std::sync::Mutex::new(None),
         }
+    }
+
+    /// `kubelet_certificate_manager_server_ttl_seconds`, computed now as upstream's gauge
+    /// function computes it at each scrape.
+    fn server_cert_ttl(&self) -> Option<Family> {
+        let not_after = (*self
+            .server_cert_not_after
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()))?;
+        let gauge = Scalar::gauge(alpha(
+            "kubelet_certificate_manager_server_ttl_seconds",
+            "Gauge of the shortest TTL (time-to-live) of the Kubelet's serving certificate. The value is in seconds until certificate expiry (negative if already expired). If serving certificate is invalid or unused, the value will be +INF.",
+            &[],
+        ));
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or_default();
+        gauge.set(&[], not_after.map_or(f64::INFINITY, |t| (t - now).trunc()));
+        Some(gauge.family())
     }
 
     pub fn families(&self) -> Vec<Family> {
@@ -173,6 +198,9 @@ impl KubeletMetrics {
             self.http_inflight_requests.family(),
             self.evictions.family(),
         ]
+        .into_iter()
+        .chain(self.server_cert_ttl())
+        .collect()
     }
 }
 

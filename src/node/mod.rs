@@ -121,6 +121,9 @@ pub struct NodeContext {
     pub events: crate::events::EventRecorder,
     /// True while the node shutdown manager handles a shutdown (the node is then NotReady).
     pub shutting_down: tokio::sync::watch::Receiver<bool>,
+    /// The node's addresses as the API server last accepted them (upstream's
+    /// lastObservedNodeAddresses), for the serving certificate's names.
+    pub addresses: Arc<tokio::sync::watch::Sender<Vec<k8s_openapi::api::core::v1::NodeAddress>>>,
 }
 
 impl NodeContext {
@@ -222,9 +225,16 @@ async fn sleep_or_cancel(cancel: &CancellationToken, d: Duration) -> bool {
     }
 }
 
-/// The node's presence in the API server, in `tasks`.
-pub fn spawn(ctx: NodeContext, tasks: &mut crate::tasks::Tasks, cancel: &CancellationToken) {
+/// The node's presence in the API server, in `tasks`. Returns the node's addresses as each
+/// status update leaves them.
+pub fn spawn(
+    ctx: NodeContext,
+    tasks: &mut crate::tasks::Tasks,
+    cancel: &CancellationToken,
+) -> tokio::sync::watch::Receiver<Vec<k8s_openapi::api::core::v1::NodeAddress>> {
+    let observed = ctx.addresses.subscribe();
     tasks.critical("node status and lease", run(ctx, cancel.child_token()));
+    observed
 }
 
 /// Registers the node (when configured to), then keeps its status and lease current until

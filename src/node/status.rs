@@ -44,7 +44,7 @@ async fn try_update(
     }
     let patch = build::status_patch(&original, &updated);
     debug!(node = %ctx.node_name, changed, "Patching node status");
-    api_call(
+    let patched = api_call(
         cancel,
         t,
         "patching the node status",
@@ -55,6 +55,12 @@ async fn try_update(
         ),
     )
     .await?;
+    let addresses = patched.status.and_then(|s| s.addresses).unwrap_or_default();
+    ctx.addresses.send_if_modified(|seen| {
+        let changed = *seen != addresses;
+        *seen = addresses;
+        changed
+    });
     Ok(Outcome::Patched)
 }
 

@@ -202,6 +202,8 @@ pub struct Listeners {
     )>,
     healthz: Option<tokio::net::TcpListener>,
     read_only: Option<tokio::net::TcpListener>,
+    /// What 10250 serves; the serving certificate manager replaces it.
+    pub serving_cert: Option<Arc<tls::DynamicCert>>,
 }
 
 impl Listeners {
@@ -215,13 +217,21 @@ impl Listeners {
         let cfg = &settings.config;
         let node_name = settings.node_name();
         let mut served = cfg.clone();
+        let mut serving_cert = None;
         let secure = if cfg.enable_server {
             let ips = crate::host::serving_ips(&settings.flags.node_ip, &host.node_ip);
-            let (tls, files) = tls::server_config(cfg, &settings.flags.cert_dir, &node_name, &ips)?;
+            let serving = tls::server_config(cfg, &settings.flags.cert_dir, &node_name, &ips)?;
             let auth = auth::KubeletAuth::from_config(cfg, &node_name, api)?;
-            served.tls_cert_file = files.cert.to_string_lossy().into_owned();
-            served.tls_private_key_file = files.key.to_string_lossy().into_owned();
-            Some((bind(socket_addr(&cfg.address, cfg.port)?).await?, tls, auth))
+            if let Some(files) = &serving.files {
+                served.tls_cert_file = files.cert.to_string_lossy().into_owned();
+                served.tls_private_key_file = files.key.to_string_lossy().into_owned();
+            }
+            serving_cert = Some(serving.cert);
+            Some((
+                bind(socket_addr(&cfg.address, cfg.port)?).await?,
+                serving.config,
+                auth,
+            ))
         } else {
             None
         };
@@ -238,6 +248,7 @@ impl Listeners {
             secure,
             healthz,
             read_only,
+            serving_cert,
         };
         Ok((listeners, ServerSettings::from(&served)))
     }

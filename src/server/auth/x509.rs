@@ -18,7 +18,7 @@ use tracing::{info, warn};
 
 use super::AuthError;
 use super::user::{Outcome, UserInfo};
-use crate::certificate::der;
+use crate::certificate::{der, pki};
 
 /// How often, at most, the CA file's modification time is looked at.
 const RELOAD_CHECK: Duration = Duration::from_secs(5);
@@ -33,6 +33,8 @@ type Stamp = Option<(SystemTime, u64)>;
 
 struct Loaded {
     verifier: Arc<dyn ClientCertVerifier>,
+    /// The same CAs, for chains webpki cannot read (v1 leaves).
+    roots: Arc<Vec<CertificateDer<'static>>>,
     stamp: Stamp,
     checked: Instant,
 }
@@ -47,27 +49,37 @@ fn stamp(path: &Path) -> Stamp {
     Some((meta.modified().ok()?, meta.len()))
 }
 
-/// A verifier trusting exactly the certificates in `pem`.
-fn verifier_from_pem(pem: &[u8]) -> Result<Arc<dyn ClientCertVerifier>, String> {
+type Trusted = (
+    Arc<dyn ClientCertVerifier>,
+    Arc<Vec<CertificateDer<'static>>>,
+);
+
+/// A verifier trusting exactly the certificates in `pem`, and those certificates.
+fn verifier_from_pem(pem: &[u8]) -> Result<Trusted, String> {
     let mut roots = RootCertStore::empty();
+    let mut ders = Vec::new();
     for cert in CertificateDer::pem_slice_iter(pem) {
         let cert = cert.map_err(|e| e.to_string())?;
-        roots.add(cert).map_err(|e| e.to_string())?;
+        roots.add(cert.clone()).map_err(|e| e.to_string())?;
+        ders.push(cert);
     }
     if roots.is_empty() {
         return Err("data does not contain any valid RSA or ECDSA certificates".into());
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
         .build()
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+    Ok((verifier, Arc::new(ders)))
 }
 
 fn load(path: &Path) -> Result<Loaded, String> {
     let before = stamp(path);
     let pem = std::fs::read(path).map_err(|e| e.to_string())?;
+    let (verifier, roots) = verifier_from_pem(&pem)?;
     Ok(Loaded {
-        verifier: verifier_from_pem(&pem)?,
+        verifier,
+        roots,
         stamp: before,
         checked: Instant::now(),
     })
@@ -88,7 +100,7 @@ impl X509Authenticator {
 
     /// The verifier for the CA file as it is now. A file that changed but cannot be loaded
     /// keeps the previous CAs in force, so a half-written file never locks everyone out.
-    fn verifier(&self) -> Arc<dyn ClientCertVerifier> {
+    fn verifier(&self) -> Trusted {
         let mut cur = self.current.lock().unwrap_or_else(|e| e.into_inner());
         if cur.checked.elapsed() >= RELOAD_CHECK {
             cur.checked = Instant::now();
@@ -106,20 +118,35 @@ impl X509Authenticator {
                 }
             }
         }
-        cur.verifier.clone()
+        (cur.verifier.clone(), cur.roots.clone())
     }
 
     pub fn authenticate(&self, chain: &[CertificateDer<'static>]) -> Outcome {
         let Some((leaf, intermediates)) = chain.split_first() else {
             return Outcome::NoCredential;
         };
-        let verifier = self.verifier();
-        if let Err(err) = verifier.verify_client_cert(leaf, intermediates, UnixTime::now()) {
+        let (verifier, roots) = self.verifier();
+        // webpki reads only v3 leaves; Go verifies v1 ones too, so they take our own path.
+        let verified = if pki::is_v1(leaf) {
+            let provider = rustls::crypto::ring::default_provider();
+            pki::verify_client_chain(leaf, intermediates, &roots, unix_now(), &provider)
+                .map_err(|e| e.to_string())
+        } else {
+            verifier
+                .verify_client_cert(leaf, intermediates, UnixTime::now())
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        if let Err(err) = verified {
             let who = subject(leaf).map(|s| s.common_name).unwrap_or_default();
             return Outcome::Failed(format!("verifying certificate CN={who:?} failed: {err}"));
         }
         user_from_certificate(leaf)
     }
+}
+
+fn unix_now() -> i64 {
+    jiff::Timestamp::now().as_second()
 }
 
 /// User = the subject's common name, groups = its organizations. A certificate without a
@@ -309,6 +336,42 @@ mod tests {
             auth.authenticate(&[client(&good, "", Some("x"))]),
             Outcome::NoCredential
         );
+    }
+
+    #[test]
+    fn v1_client_certificates_and_v1_cas_are_accepted_like_go() {
+        use crate::certificate::pki::testing::{TestCa, now};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ca.crt");
+        let v3_ca = TestCa::v3("kubernetes");
+        let v1_ca = TestCa::v1("old-ca");
+        let stranger = TestCa::v3("kubernetes");
+        write(&path, &format!("{}{}", v3_ca.pem, v1_ca.pem));
+        let auth = X509Authenticator::new(&path).unwrap();
+        for (ca, who) in [(&v3_ca, "by-v3"), (&v1_ca, "by-v1")] {
+            let (leaf, _) = ca.v1_leaf(who, Some("system:masters"));
+            assert_eq!(
+                auth.authenticate(&[leaf.into()]),
+                Outcome::User(UserInfo {
+                    name: who.into(),
+                    groups: vec!["system:masters".into()],
+                    ..Default::default()
+                })
+            );
+            // A v3 leaf under a v1 root goes through webpki and passes too.
+            let (v3, _) = ca.v3_leaf(who, who, true);
+            assert!(matches!(auth.authenticate(&[v3.into()]), Outcome::User(_)));
+        }
+        let (forged, _) = stranger.v1_leaf("mallory", None);
+        assert!(matches!(
+            auth.authenticate(&[forged.into()]),
+            Outcome::Failed(_)
+        ));
+        let (expired, _) = v3_ca.v1_leaf_valid("old", None, now() - 100, now() - 10);
+        assert!(matches!(
+            auth.authenticate(&[expired.into()]),
+            Outcome::Failed(_)
+        ));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! suites, client certificates requested but not required). server::listen serves over it.
 
 pub mod cert;
+pub mod dynamic;
 pub mod options;
 
 use std::fmt;
@@ -17,6 +18,7 @@ use tracing::warn;
 
 use crate::cli::config::KubeletConfiguration;
 pub use cert::ServingCertFiles;
+pub use dynamic::DynamicCert;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -43,7 +45,8 @@ pub enum TlsError {
 /// Accepts any client certificate at the handshake, proving only that the client holds its
 /// key; whether the chain is trusted is decided per request by the x509 authenticator. That
 /// is upstream's RequestClientCert: an untrusted certificate gets 401, not a TLS failure, and
-/// the CA file can be reloaded without rebuilding the TLS configuration.
+/// the CA file can be reloaded without rebuilding the TLS configuration. The key is read from
+/// the certificate by our own parser, so v1 certificates work as with Go.
 struct RequestClientCert {
     provider: Arc<CryptoProvider>,
 }
@@ -80,11 +83,12 @@ impl ClientCertVerifier for RequestClientCert {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
+        crate::certificate::pki::verify_handshake_signature(
             message,
             cert,
             dss,
             &self.provider.signature_verification_algorithms,
+            false,
         )
     }
 
@@ -94,11 +98,12 @@ impl ClientCertVerifier for RequestClientCert {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
+        crate::certificate::pki::verify_handshake_signature(
             message,
             cert,
             dss,
             &self.provider.signature_verification_algorithms,
+            true,
         )
     }
 
@@ -107,6 +112,11 @@ impl ClientCertVerifier for RequestClientCert {
             .signature_verification_algorithms
             .supported_schemes()
     }
+}
+
+/// The handshake side of upstream's RequestClientCert, for servers in tests too.
+pub(crate) fn request_client_cert(provider: Arc<CryptoProvider>) -> Arc<dyn ClientCertVerifier> {
+    Arc::new(RequestClientCert { provider })
 }
 
 /// The ring provider cut down to the configured suites and curves.
@@ -126,19 +136,24 @@ fn provider(cfg: &KubeletConfiguration, tls13_only: bool) -> Result<CryptoProvid
     Ok(p)
 }
 
-/// The server configuration and the certificate files it serves (for /configz, which shows
-/// the generated pair's paths as upstream does).
+/// The authenticated port's TLS: its configuration, the certificate it serves (replaceable
+/// while it runs) and the files that certificate came from, for /configz (upstream shows the
+/// generated pair's paths; with serverTLSBootstrap it shows the configured values).
+pub struct ServingTls {
+    pub config: Arc<ServerConfig>,
+    pub cert: Arc<DynamicCert>,
+    pub files: Option<ServingCertFiles>,
+}
+
+/// The server configuration. The certificate is, as upstream picks it: with
+/// `serverTLSBootstrap` the serving certificate store's (none until the first is issued),
+/// else `tlsCertFile`/`tlsPrivateKeyFile` followed as they change, else the self-signed pair.
 pub fn server_config(
     cfg: &KubeletConfiguration,
     cert_dir: &std::path::Path,
     host: &str,
     ips: &[IpAddr],
-) -> Result<(Arc<ServerConfig>, ServingCertFiles), TlsError> {
-    if cfg.server_tls_bootstrap {
-        warn!(
-            "serverTLSBootstrap is not supported yet; serving with tlsCertFile or a self-signed certificate"
-        );
-    }
+) -> Result<ServingTls, TlsError> {
     let mut versions = options::versions(&cfg.tls_min_version)?;
     let provider = provider(cfg, versions == options::TLS13_ONLY)?;
     // Only TLS 1.3 names were listed: nothing is left to speak TLS 1.2 with.
@@ -150,23 +165,46 @@ pub fn server_config(
         versions = options::TLS13_ONLY;
     }
     let provider = Arc::new(provider);
-    let serving = cert::serving_cert(
-        &cfg.tls_cert_file,
-        &cfg.tls_private_key_file,
-        cert_dir,
-        host,
-        ips,
-    )?;
+    let (cert, files) = if cfg.server_tls_bootstrap {
+        let initial = crate::certificate::serving::initial_pair(
+            cert_dir,
+            &cfg.tls_cert_file,
+            &cfg.tls_private_key_file,
+        );
+        (DynamicCert::fixed(initial), None)
+    } else {
+        let serving = cert::serving_cert(
+            &cfg.tls_cert_file,
+            &cfg.tls_private_key_file,
+            cert_dir,
+            host,
+            ips,
+        )?;
+        let cert = if cfg.tls_cert_file.is_empty() {
+            let key = crate::certificate::pki::certified_key(serving.chain, serving.key, &provider)
+                .map_err(|e| TlsError::ServingCert(e.to_string()))?;
+            DynamicCert::fixed(Some(key))
+        } else {
+            DynamicCert::watching(serving.files.cert.clone(), serving.files.key.clone())
+                .map_err(TlsError::ServingCert)?
+        };
+        (cert, Some(serving.files))
+    };
+    let cert = Arc::new(cert);
     let builder =
         ServerConfig::builder_with_provider(provider.clone()).with_protocol_versions(versions)?;
     let builder = if cfg.authentication.x509.client_ca_file.is_empty() {
         builder.with_no_client_auth()
     } else {
-        builder.with_client_cert_verifier(Arc::new(RequestClientCert { provider }))
+        builder.with_client_cert_verifier(request_client_cert(provider))
     };
-    let mut config = builder.with_single_cert(serving.chain, serving.key)?;
+    let mut config = builder.with_cert_resolver(cert.clone());
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok((Arc::new(config), serving.files))
+    Ok(ServingTls {
+        config: Arc::new(config),
+        cert,
+        files,
+    })
 }
 
 /// Serves `router` over TLS until `cancel`; then lets requests in flight finish for a short
@@ -195,7 +233,8 @@ mod tests {
             // Any file will do: the handshake does not read it (the authenticator does).
             cfg.authentication.x509.client_ca_file = "/nonexistent".into();
         }
-        let (tls, files) = server_config(&cfg, dir, "node-a", &[]).unwrap();
+        let serving = server_config(&cfg, dir, "node-a", &[]).unwrap();
+        let (tls, files) = (serving.config, serving.files.unwrap());
         let pem = std::fs::read(&files.cert).unwrap();
         use rustls::pki_types::pem::PemObject;
         let ca = CertificateDer::pem_slice_iter(&pem)
@@ -328,5 +367,135 @@ mod tests {
             server_config(&cfg, dir.path(), "n", &[]),
             Err(TlsError::UnknownVersion(_))
         ));
+    }
+
+    /// Records the certificate a server presents, trusting anything.
+    #[derive(Debug)]
+    struct Record(std::sync::Mutex<Option<Vec<u8>>>);
+
+    impl rustls::client::danger::ServerCertVerifier for Record {
+        fn verify_server_cert(
+            &self,
+            end_entity: &CertificateDer<'_>,
+            _: &[CertificateDer<'_>],
+            _: &ServerName<'_>,
+            _: &[u8],
+            _: UnixTime,
+        ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+            *self.0.lock().unwrap() = Some(end_entity.to_vec());
+            Ok(rustls::client::danger::ServerCertVerified::assertion())
+        }
+        fn verify_tls12_signature(
+            &self,
+            _: &[u8],
+            _: &CertificateDer<'_>,
+            _: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            Ok(HandshakeSignatureValid::assertion())
+        }
+        fn verify_tls13_signature(
+            &self,
+            _: &[u8],
+            _: &CertificateDer<'_>,
+            _: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            Ok(HandshakeSignatureValid::assertion())
+        }
+        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+            rustls::crypto::ring::default_provider()
+                .signature_verification_algorithms
+                .supported_schemes()
+        }
+    }
+
+    /// The leaf a new TLS connection to `port` is served, or None when the handshake fails.
+    async fn served(port: u16) -> Option<Vec<u8>> {
+        let record = Arc::new(Record(std::sync::Mutex::new(None)));
+        let client = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(record.clone())
+        .with_no_client_auth();
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        tokio_rustls::TlsConnector::from(Arc::new(client))
+            .connect(ServerName::try_from("127.0.0.1").unwrap(), tcp)
+            .await
+            .ok()?;
+        record.0.lock().unwrap().clone()
+    }
+
+    async fn serve_on_loopback(tls: Arc<ServerConfig>) -> (u16, CancellationToken) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cancel = CancellationToken::new();
+        let router = Router::new().route("/", axum::routing::get(|| async { "ok" }));
+        tokio::spawn(crate::server::listen::serve(
+            listener,
+            Some(tls),
+            router,
+            cancel.clone(),
+        ));
+        (port, cancel)
+    }
+
+    #[tokio::test]
+    async fn rewritten_tls_cert_files_reach_new_connections() {
+        use crate::certificate::pki::testing::{TestCa, pem_of};
+        let dir = tempfile::tempdir().unwrap();
+        let ca = TestCa::v3("ca");
+        let write = |v1: bool| {
+            let (der, key) = if v1 {
+                ca.v1_leaf("node-a", None)
+            } else {
+                ca.v3_leaf("node-a", "127.0.0.1", false)
+            };
+            std::fs::write(dir.path().join("k.pem"), key.serialize_pem()).unwrap();
+            std::fs::write(dir.path().join("c.pem"), pem_of("CERTIFICATE", &der)).unwrap();
+            der
+        };
+        // A v1 serving certificate is served (upstream's LoadX509KeyPair takes it).
+        let first = write(true);
+        let mut cfg = KubeletConfiguration::legacy_flag_defaults();
+        cfg.tls_cert_file = dir.path().join("c.pem").to_string_lossy().into();
+        cfg.tls_private_key_file = dir.path().join("k.pem").to_string_lossy().into();
+        let serving = server_config(&cfg, dir.path(), "node-a", &[]).unwrap();
+        let (port, cancel) = serve_on_loopback(serving.config).await;
+        assert_eq!(served(port).await, Some(first));
+        let second = write(false);
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        assert_eq!(served(port).await, Some(second));
+        cancel.cancel();
+    }
+
+    #[tokio::test]
+    async fn server_tls_bootstrap_serves_nothing_until_a_certificate_is_set() {
+        use crate::certificate::pki::testing::TestCa;
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = KubeletConfiguration::legacy_flag_defaults();
+        cfg.server_tls_bootstrap = true;
+        let serving = server_config(&cfg, dir.path(), "node-a", &[]).unwrap();
+        assert!(serving.files.is_none());
+        assert!(
+            !dir.path().join("kubelet.crt").exists(),
+            "no self-signed pair"
+        );
+        let (port, cancel) = serve_on_loopback(serving.config).await;
+        assert_eq!(served(port).await, None);
+        let ca = TestCa::v3("ca");
+        let (der, key) = ca.v3_leaf("system:node:node-a", "127.0.0.1", false);
+        let pair = crate::certificate::pki::certified_key(
+            vec![der.clone().into()],
+            PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
+            &rustls::crypto::ring::default_provider(),
+        )
+        .unwrap();
+        serving.cert.set(pair);
+        assert_eq!(served(port).await, Some(der));
+        cancel.cancel();
     }
 }

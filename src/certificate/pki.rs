@@ -1,0 +1,621 @@
+//! X.509 the way Go's crypto/tls and crypto/x509 accept it, where rustls and webpki are
+//! stricter. webpki parses only v3 end-entity certificates, so a v1 certificate (what
+//! `openssl x509 -req` makes without `-extfile`) fails three places upstream accepts it:
+//! pairing a key with its certificate (rustls checks the match by parsing the leaf), checking
+//! a peer's handshake signature against its certificate, and verifying a client certificate
+//! against a CA bundle. Each gets a path here that reads the certificate itself and still
+//! checks keys, signatures, validity windows and the chain to a trusted root.
+//!
+//! v1 roots are already fine in rustls (`RootCertStore::add` reads them as trust anchors);
+//! a v1 intermediate is refused here as Go refuses it: without basicConstraints it may not
+//! sign.
+
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::sign::CertifiedKey;
+use rustls::{DigitallySignedStruct, SignatureScheme};
+use x509_parser::certificate::X509Certificate;
+use x509_parser::x509::X509Version;
+
+use super::der;
+
+/// Why a certificate or key cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum PkiError {
+    /// No CERTIFICATE block in the PEM text.
+    #[error("no certificate found")]
+    NoCertificate,
+    /// No private key block in the PEM text.
+    #[error("no private key found")]
+    NoKey,
+    /// The PEM text is malformed.
+    #[error("PEM: {0}")]
+    Pem(String),
+    /// A certificate cannot be parsed.
+    #[error("certificate cannot be parsed: {0}")]
+    Parse(String),
+    /// The key is of a kind the crypto provider cannot sign with.
+    #[error("private key: {0}")]
+    Key(#[source] rustls::Error),
+    /// The key is not the certificate's.
+    #[error("private key does not match public key")]
+    KeyMismatch,
+    /// The chain does not lead to a trusted root, or a certificate in it is unusable.
+    #[error("{0}")]
+    Untrusted(String),
+}
+
+/// Every certificate in `pem`, in order.
+pub fn certs_from_pem(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, PkiError> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| PkiError::Pem(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(PkiError::NoCertificate);
+    }
+    Ok(certs)
+}
+
+/// The first private key in `pem` (PKCS#8, PKCS#1 or SEC1).
+pub fn key_from_pem(pem: &[u8]) -> Result<PrivateKeyDer<'static>, PkiError> {
+    PrivateKeyDer::from_pem_slice(pem).map_err(|e| match e {
+        rustls::pki_types::pem::Error::NoItemsFound => PkiError::NoKey,
+        e => PkiError::Pem(e.to_string()),
+    })
+}
+
+fn parse(cert: &[u8]) -> Result<X509Certificate<'_>, PkiError> {
+    x509_parser::parse_x509_certificate(cert)
+        .map(|(_, c)| c)
+        .map_err(|e| PkiError::Parse(e.to_string()))
+}
+
+/// Whether a certificate is X.509 v1 (no extensions).
+pub fn is_v1(cert: &[u8]) -> bool {
+    parse(cert).is_ok_and(|c| c.version() == X509Version::V1)
+}
+
+/// The certificate chain with its key, the pair checked like Go's `tls.X509KeyPair`: the key
+/// must be the leaf's. Unlike `CertifiedKey::from_der`, any certificate version will do.
+pub fn certified_key(
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    provider: &CryptoProvider,
+) -> Result<CertifiedKey, PkiError> {
+    let leaf = chain.first().ok_or(PkiError::NoCertificate)?;
+    let spki = parse(leaf)?.public_key().raw.to_vec();
+    let signer = provider
+        .key_provider
+        .load_private_key(key)
+        .map_err(PkiError::Key)?;
+    // A key that cannot tell its public half (none of ring's) is taken on trust, as rustls does.
+    if let Some(public) = signer.public_key()
+        && public.as_ref() != spki.as_slice()
+    {
+        return Err(PkiError::KeyMismatch);
+    }
+    Ok(CertifiedKey::new(chain, signer))
+}
+
+/// [`certified_key`] from PEM text: the certificates of `cert_pem` and the key of `key_pem`
+/// (which may be the same text, as in the kubelet's `-current.pem` files).
+pub fn certified_key_from_pem(
+    cert_pem: &[u8],
+    key_pem: &[u8],
+    provider: &CryptoProvider,
+) -> Result<CertifiedKey, PkiError> {
+    certified_key(certs_from_pem(cert_pem)?, key_from_pem(key_pem)?, provider)
+}
+
+/// The AlgorithmIdentifier contents and the key bits of a SubjectPublicKeyInfo.
+fn spki_parts(spki: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (seq, _) = der::read(spki).filter(|(t, _)| t.tag == der::SEQUENCE)?;
+    let parts = der::children(seq.body)?;
+    let [alg, bits] = parts.as_slice() else {
+        return None;
+    };
+    // A BIT STRING's first byte counts unused bits; keys use whole bytes.
+    let key = bits.body.strip_prefix(&[0])?;
+    (alg.tag == der::SEQUENCE && bits.tag == 0x03).then_some((alg.body, key))
+}
+
+/// Verifies `signature` over `message` by the key in `spki` with one of `algs`, picking the
+/// algorithms whose key type matches as webpki does.
+fn verify_with_spki(
+    spki: &[u8],
+    algs: &[&dyn rustls::pki_types::SignatureVerificationAlgorithm],
+    signature_alg: Option<&[u8]>,
+    message: &[u8],
+    signature: &[u8],
+) -> bool {
+    let Some((key_alg, key)) = spki_parts(spki) else {
+        return false;
+    };
+    algs.iter()
+        .filter(|a| a.public_key_alg_id().as_ref() == key_alg)
+        .filter(|a| signature_alg.is_none_or(|s| a.signature_alg_id().as_ref() == s))
+        .any(|a| a.verify_signature(key, message, signature).is_ok())
+}
+
+/// TLS 1.3 allows only these schemes in CertificateVerify.
+fn tls13_scheme(scheme: SignatureScheme) -> bool {
+    matches!(
+        scheme,
+        SignatureScheme::ECDSA_NISTP256_SHA256
+            | SignatureScheme::ECDSA_NISTP384_SHA384
+            | SignatureScheme::ECDSA_NISTP521_SHA512
+            | SignatureScheme::RSA_PSS_SHA256
+            | SignatureScheme::RSA_PSS_SHA384
+            | SignatureScheme::RSA_PSS_SHA512
+            | SignatureScheme::ED25519
+            | SignatureScheme::ED448
+    )
+}
+
+/// A peer's handshake signature checked against its certificate's key, read by our own parser
+/// so v1 certificates work (rustls's own check parses the certificate with webpki).
+pub fn verify_handshake_signature(
+    message: &[u8],
+    cert: &CertificateDer<'_>,
+    dss: &DigitallySignedStruct,
+    supported: &WebPkiSupportedAlgorithms,
+    tls13: bool,
+) -> Result<HandshakeSignatureValid, rustls::Error> {
+    let invalid = || rustls::Error::InvalidCertificate(rustls::CertificateError::BadSignature);
+    if tls13 && !tls13_scheme(dss.scheme) {
+        return Err(rustls::PeerMisbehaved::SignedHandshakeWithUnadvertisedSigScheme.into());
+    }
+    let algs = supported
+        .mapping
+        .iter()
+        .find(|(s, _)| *s == dss.scheme)
+        .map(|(_, algs)| *algs)
+        .ok_or(rustls::PeerMisbehaved::SignedHandshakeWithUnadvertisedSigScheme)?;
+    // TLS 1.3 names one algorithm per scheme; TLS 1.2 may try several.
+    let algs = if tls13 {
+        &algs[..algs.len().min(1)]
+    } else {
+        algs
+    };
+    let parsed = parse(cert)
+        .map_err(|_| rustls::Error::InvalidCertificate(rustls::CertificateError::BadEncoding))?;
+    if verify_with_spki(
+        parsed.public_key().raw,
+        algs,
+        None,
+        message,
+        dss.signature(),
+    ) {
+        Ok(HandshakeSignatureValid::assertion())
+    } else {
+        Err(invalid())
+    }
+}
+
+/// Longest chain of intermediates looked for, as a bound on the search.
+const MAX_CHAIN: usize = 8;
+
+/// The TBS bytes, signature algorithm contents and signature of a DER certificate.
+fn signed_parts(cert: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
+    let (outer, _) = der::read(cert).filter(|(t, _)| t.tag == der::SEQUENCE)?;
+    let (tbs, rest) = der::read_raw(outer.body)?;
+    let (alg, rest) = der::read(rest).filter(|(t, _)| t.tag == der::SEQUENCE)?;
+    let (sig, _) = der::read(rest).filter(|(t, _)| t.tag == 0x03)?;
+    Some((tbs, alg.body, sig.body.strip_prefix(&[0])?))
+}
+
+/// Whether `issuer` signed `cert`.
+fn signed_by(cert: &[u8], issuer: &X509Certificate<'_>, provider: &CryptoProvider) -> bool {
+    let Some((tbs, alg, sig)) = signed_parts(cert) else {
+        return false;
+    };
+    verify_with_spki(
+        issuer.public_key().raw,
+        provider.signature_verification_algorithms.all,
+        Some(alg),
+        tbs,
+        sig,
+    )
+}
+
+fn within_validity(cert: &X509Certificate<'_>, now: i64) -> bool {
+    let v = cert.validity();
+    v.not_before.timestamp() <= now && now <= v.not_after.timestamp()
+}
+
+/// Extended key usage allows client authentication (no extension allows everything).
+fn allows_client_auth(cert: &X509Certificate<'_>) -> bool {
+    match cert.extended_key_usage() {
+        Ok(None) => true,
+        Ok(Some(eku)) => eku.value.any || eku.value.client_auth,
+        Err(_) => false,
+    }
+}
+
+/// Verifies a client certificate chain the way Go's `x509.Certificate.Verify` does with
+/// `ExtKeyUsageClientAuth`, for the chains webpki cannot read (a v1 leaf): every certificate
+/// within its validity window at `now` (Unix seconds), each signed by the next, intermediates
+/// CAs by basicConstraints (and within their path length), extended key usages allowing
+/// client auth where present, ending at one of `roots`.
+pub fn verify_client_chain(
+    leaf: &CertificateDer<'_>,
+    intermediates: &[CertificateDer<'_>],
+    roots: &[CertificateDer<'static>],
+    now: i64,
+    provider: &CryptoProvider,
+) -> Result<(), PkiError> {
+    let parsed_leaf = parse(leaf)?;
+    if !within_validity(&parsed_leaf, now) {
+        return Err(PkiError::Untrusted(
+            "certificate has expired or is not yet valid".into(),
+        ));
+    }
+    if !allows_client_auth(&parsed_leaf) {
+        return Err(PkiError::Untrusted(
+            "certificate specifies an incompatible key usage".into(),
+        ));
+    }
+    let pool: Vec<(bool, &[u8])> = roots
+        .iter()
+        .map(|r| (true, r.as_ref()))
+        .chain(intermediates.iter().map(|i| (false, i.as_ref())))
+        .collect();
+    if extend_chain(leaf, &parsed_leaf, &pool, now, provider, &mut Vec::new()) {
+        Ok(())
+    } else {
+        Err(PkiError::Untrusted(
+            "certificate signed by unknown authority".into(),
+        ))
+    }
+}
+
+/// Depth-first search for an issuer of `cert` in `pool` leading to a root. `path` holds the
+/// intermediates used so far (no certificate twice).
+fn extend_chain(
+    cert: &[u8],
+    parsed: &X509Certificate<'_>,
+    pool: &[(bool, &[u8])],
+    now: i64,
+    provider: &CryptoProvider,
+    path: &mut Vec<usize>,
+) -> bool {
+    if path.len() >= MAX_CHAIN {
+        return false;
+    }
+    for (i, (is_root, candidate)) in pool.iter().enumerate() {
+        if path.contains(&i) {
+            continue;
+        }
+        let Ok(issuer) = parse(candidate) else {
+            continue;
+        };
+        if issuer.subject().as_raw() != parsed.issuer().as_raw()
+            || !within_validity(&issuer, now)
+            || !signed_by(cert, &issuer, provider)
+        {
+            continue;
+        }
+        if *is_root {
+            return true;
+        }
+        // An intermediate must say it is a CA, may limit how many CAs sit below it, and
+        // narrows the usages of everything below it.
+        let Ok(Some(bc)) = issuer.basic_constraints() else {
+            continue;
+        };
+        let below = path.len();
+        if !bc.value.ca
+            || bc
+                .value
+                .path_len_constraint
+                .is_some_and(|max| below > max as usize)
+            || !allows_client_auth(&issuer)
+        {
+            continue;
+        }
+        path.push(i);
+        if extend_chain(candidate, &issuer, pool, now, provider, path) {
+            return true;
+        }
+        path.pop();
+    }
+    false
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! Certificates for tests, v1 ones included (rcgen makes only v3, so v1 DER is built by
+    //! hand and signed with ring).
+
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+        KeyPair, KeyUsagePurpose,
+    };
+    use ring::rand::SystemRandom;
+    use ring::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair};
+
+    /// A CA (v3, or v1 when asked) that can sign v1 and v3 leaves.
+    pub struct TestCa {
+        pub pem: String,
+        pub der: Vec<u8>,
+        pub key: KeyPair,
+        name_der: Vec<u8>,
+        issuer: Option<Issuer<'static, KeyPair>>,
+    }
+
+    fn tlv(tag: u8, body: &[u8]) -> Vec<u8> {
+        let mut out = vec![tag];
+        let len = body.len();
+        if len < 0x80 {
+            out.push(len as u8);
+        } else if len < 0x100 {
+            out.extend([0x81, len as u8]);
+        } else {
+            out.extend([0x82, (len >> 8) as u8, len as u8]);
+        }
+        out.extend_from_slice(body);
+        out
+    }
+
+    /// An X.501 Name with one O (optional) and a CN.
+    pub fn name(cn: &str, org: Option<&str>) -> Vec<u8> {
+        let attr = |oid: &[u8], v: &str| {
+            tlv(
+                0x31,
+                &tlv(0x30, &[tlv(0x06, oid), tlv(0x0c, v.as_bytes())].concat()),
+            )
+        };
+        let mut rdns = Vec::new();
+        if let Some(o) = org {
+            rdns.extend(attr(&[0x55, 0x04, 0x0a], o));
+        }
+        rdns.extend(attr(&[0x55, 0x04, 0x03], cn));
+        tlv(0x30, &rdns)
+    }
+
+    fn utc(t: i64) -> Vec<u8> {
+        let ts = jiff::Timestamp::from_second(t).unwrap();
+        tlv(0x17, ts.strftime("%y%m%d%H%M%SZ").to_string().as_bytes())
+    }
+
+    /// A v1 certificate for `subject` with `subject_key`, issued by `issuer_name` and signed
+    /// with `issuer_key` (ECDSA P-256 with SHA-256), valid over `[from, until]`.
+    pub fn v1_cert(
+        subject: &[u8],
+        subject_key: &KeyPair,
+        issuer_name: &[u8],
+        issuer_key: &KeyPair,
+        from: i64,
+        until: i64,
+    ) -> Vec<u8> {
+        // ecdsa-with-SHA256
+        let alg = tlv(
+            0x30,
+            &tlv(0x06, &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02]),
+        );
+        let serial = tlv(0x02, &[0x01, 0x23, 0x45]);
+        let validity = tlv(0x30, &[utc(from), utc(until)].concat());
+        let tbs = tlv(
+            0x30,
+            &[
+                serial,
+                alg.clone(),
+                issuer_name.to_vec(),
+                validity,
+                subject.to_vec(),
+                rcgen::PublicKeyData::subject_public_key_info(subject_key),
+            ]
+            .concat(),
+        );
+        let signer = EcdsaKeyPair::from_pkcs8(
+            &ECDSA_P256_SHA256_ASN1_SIGNING,
+            &issuer_key.serialize_der(),
+            &SystemRandom::new(),
+        )
+        .unwrap();
+        let sig = signer.sign(&SystemRandom::new(), &tbs).unwrap();
+        let mut bits = vec![0];
+        bits.extend_from_slice(sig.as_ref());
+        tlv(0x30, &[tbs, alg, tlv(0x03, &bits)].concat())
+    }
+
+    pub fn pem_of(tag: &str, der: &[u8]) -> String {
+        pem::encode(&pem::Pem::new(tag, der.to_vec()))
+    }
+
+    pub fn now() -> i64 {
+        jiff::Timestamp::now().as_second()
+    }
+
+    impl TestCa {
+        /// A v3 CA (basicConstraints CA, keyCertSign) as kubeadm makes them.
+        pub fn v3(cn: &str) -> Self {
+            let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+            let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+            p.distinguished_name.push(DnType::CommonName, cn);
+            p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            p.key_usages = vec![
+                KeyUsagePurpose::KeyCertSign,
+                KeyUsagePurpose::DigitalSignature,
+            ];
+            let cert = p.self_signed(&key).unwrap();
+            let der = cert.der().to_vec();
+            let name_der = x509_parser::parse_x509_certificate(&der)
+                .unwrap()
+                .1
+                .subject()
+                .as_raw()
+                .to_vec();
+            let issuer = Issuer::new(p, KeyPair::from_pem(&key.serialize_pem()).unwrap());
+            TestCa {
+                pem: cert.pem(),
+                der,
+                key,
+                name_der,
+                issuer: Some(issuer),
+            }
+        }
+
+        /// A self-signed v1 CA, as `openssl x509 -req -signkey` makes one.
+        pub fn v1(cn: &str) -> Self {
+            let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+            let n = name(cn, None);
+            let der = v1_cert(&n, &key, &n, &key, now() - 3600, now() + 86400 * 365);
+            TestCa {
+                pem: pem_of("CERTIFICATE", &der),
+                der,
+                key,
+                name_der: n,
+                issuer: None,
+            }
+        }
+
+        /// A v1 leaf (no extensions at all) issued by this CA; returns (cert DER, its key).
+        pub fn v1_leaf(&self, cn: &str, org: Option<&str>) -> (Vec<u8>, KeyPair) {
+            self.v1_leaf_valid(cn, org, now() - 3600, now() + 86400)
+        }
+
+        pub fn v1_leaf_valid(
+            &self,
+            cn: &str,
+            org: Option<&str>,
+            from: i64,
+            until: i64,
+        ) -> (Vec<u8>, KeyPair) {
+            let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+            let der = v1_cert(&name(cn, org), &key, &self.name_der, &self.key, from, until);
+            (der, key)
+        }
+
+        /// A v3 leaf for `san` (a DNS name or IP) with the given extended key usage.
+        pub fn v3_leaf(&self, cn: &str, san: &str, client: bool) -> (Vec<u8>, KeyPair) {
+            let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+            let mut p = CertificateParams::new(vec![san.to_string()]).unwrap();
+            p.distinguished_name.push(DnType::CommonName, cn);
+            p.extended_key_usages = vec![if client {
+                ExtendedKeyUsagePurpose::ClientAuth
+            } else {
+                ExtendedKeyUsagePurpose::ServerAuth
+            }];
+            let der = match &self.issuer {
+                Some(issuer) => p.signed_by(&key, issuer).unwrap().der().to_vec(),
+                None => {
+                    // rcgen signs only with an Issuer built from params; a v1 CA has none, so
+                    // give it one carrying the same name and key.
+                    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+                    ca.distinguished_name = rcgen::DistinguishedName::new();
+                    let parsed = x509_parser::parse_x509_certificate(&self.der).unwrap().1;
+                    let cn_value = parsed
+                        .subject()
+                        .iter_common_name()
+                        .next()
+                        .and_then(|a| a.as_str().ok())
+                        .unwrap_or_default()
+                        .to_string();
+                    ca.distinguished_name.push(DnType::CommonName, cn_value);
+                    let issuer =
+                        Issuer::new(ca, KeyPair::from_pem(&self.key.serialize_pem()).unwrap());
+                    p.signed_by(&key, &issuer).unwrap().der().to_vec()
+                }
+            };
+            (der, key)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::*;
+    use super::*;
+
+    fn ring() -> CryptoProvider {
+        rustls::crypto::ring::default_provider()
+    }
+
+    #[test]
+    fn v1_pair_loads_and_a_foreign_key_is_refused() {
+        let ca = TestCa::v3("ca");
+        let (leaf, key) = ca.v1_leaf("system:node:n1", Some("system:nodes"));
+        assert!(is_v1(&leaf));
+        // What rustls itself does with the pair: the reason kubeconfigs with v1 certs failed.
+        let chain = vec![CertificateDer::from(leaf.clone())];
+        let der_key = || PrivateKeyDer::try_from(key.serialize_der()).unwrap();
+        assert!(CertifiedKey::from_der(chain.clone(), der_key(), &ring()).is_err());
+        let ck = certified_key(chain.clone(), der_key(), &ring()).unwrap();
+        assert_eq!(ck.cert, chain);
+        let pem_cert = pem_of("CERTIFICATE", &leaf);
+        assert!(
+            certified_key_from_pem(pem_cert.as_bytes(), key.serialize_pem().as_bytes(), &ring())
+                .is_ok()
+        );
+        let other = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        assert!(matches!(
+            certified_key_from_pem(
+                pem_cert.as_bytes(),
+                other.serialize_pem().as_bytes(),
+                &ring()
+            ),
+            Err(PkiError::KeyMismatch)
+        ));
+        assert!(matches!(
+            certified_key_from_pem(b"", b"", &ring()),
+            Err(PkiError::NoCertificate)
+        ));
+    }
+
+    #[test]
+    fn v1_client_chains_verify_against_v3_and_v1_roots() {
+        let p = ring();
+        let now = now();
+        for ca in [TestCa::v3("ca3"), TestCa::v1("ca1")] {
+            let roots = vec![CertificateDer::from(ca.der.clone())];
+            let (leaf, _) = ca.v1_leaf("alice", None);
+            verify_client_chain(&leaf.clone().into(), &[], &roots, now, &p).unwrap();
+            // A v3 leaf verifies here too.
+            let (v3, _) = ca.v3_leaf("bob", "bob", true);
+            verify_client_chain(&v3.into(), &[], &roots, now, &p).unwrap();
+            // Not yet valid, expired.
+            let (early, _) = ca.v1_leaf_valid("c", None, now + 100, now + 200);
+            assert!(verify_client_chain(&early.into(), &[], &roots, now, &p).is_err());
+            let (late, _) = ca.v1_leaf_valid("c", None, now - 200, now - 100);
+            assert!(verify_client_chain(&late.into(), &[], &roots, now, &p).is_err());
+            // A server-only leaf may not authenticate a client.
+            let (server, _) = ca.v3_leaf("srv", "srv", false);
+            assert!(verify_client_chain(&server.into(), &[], &roots, now, &p).is_err());
+        }
+        // Another CA with the same name: the signature decides.
+        let real = TestCa::v3("same");
+        let fake = TestCa::v3("same");
+        let (leaf, _) = fake.v1_leaf("mallory", None);
+        let roots = vec![CertificateDer::from(real.der.clone())];
+        assert!(verify_client_chain(&leaf.into(), &[], &roots, now, &p).is_err());
+        // A tampered signature fails.
+        let (mut leaf, _) = real.v1_leaf("alice", None);
+        let last = leaf.len() - 1;
+        leaf[last] ^= 1;
+        assert!(verify_client_chain(&leaf.into(), &[], &roots, now, &p).is_err());
+    }
+
+    #[test]
+    fn a_v1_intermediate_may_not_sign() {
+        let p = ring();
+        let root = TestCa::v3("root");
+        // A v1 "CA" issued by the root, which then issues the leaf.
+        let (mid_der, mid_key) = root.v1_leaf("mid", None);
+        let mid_name = name("mid", None);
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let leaf = v1_cert(
+            &name("alice", None),
+            &key,
+            &mid_name,
+            &mid_key,
+            now() - 10,
+            now() + 1000,
+        );
+        let roots = vec![CertificateDer::from(root.der.clone())];
+        let mids = [CertificateDer::from(mid_der)];
+        assert!(verify_client_chain(&leaf.into(), &mids, &roots, now(), &p).is_err());
+    }
+}
