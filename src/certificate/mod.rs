@@ -736,29 +736,7 @@ fn client_cert_pem(kubeconfig: &Path) -> Result<Vec<u8>, CertError> {
         path: kubeconfig.to_path_buf(),
         reason: reason.to_string(),
     };
-    let kc = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|source| {
-        CertError::Kubeconfig {
-            path: kubeconfig.to_path_buf(),
-            source,
-        }
-    })?;
-    let ctx_name = kc
-        .current_context
-        .as_deref()
-        .ok_or_else(|| bad("no current-context"))?;
-    let user = kc
-        .contexts
-        .iter()
-        .find(|c| c.name == ctx_name)
-        .and_then(|c| c.context.as_ref())
-        .and_then(|c| c.user.as_deref())
-        .ok_or_else(|| bad("current context has no user"))?;
-    let auth = kc
-        .auth_infos
-        .iter()
-        .find(|a| a.name == user)
-        .and_then(|a| a.auth_info.as_ref())
-        .ok_or_else(|| bad("user not found"))?;
+    let auth = current_auth_info(kubeconfig)?;
     if let Some(data) = auth.client_certificate_data.as_deref() {
         use base64::Engine;
         return base64::engine::general_purpose::STANDARD
