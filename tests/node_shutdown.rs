@@ -4,7 +4,8 @@
 //! shutdownGracePeriodCriticalPods 5s. It must raise logind's InhibitDelayMaxSec, hold a delay
 //! lock, and when logind announces a shutdown (PrepareForShutdown) terminate the ordinary
 //! static pod before the critical one, mark them Failed with upstream's reason and message,
-//! report the Node NotReady and release the lock; a cancelled shutdown takes the lock again.
+//! report the Node NotReady, refuse a new API pod (NodeShutdown) and release the lock; a
+//! cancelled shutdown takes the lock again.
 
 mod common;
 
@@ -12,10 +13,11 @@ use std::time::Duration;
 
 use common::systemd_node::{SystemdNode, run};
 use common::*;
-use k8s_openapi::api::core::v1::Node;
-use kube::api::Api;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, PostParams};
 
 const NODE: &str = "krs-shutdown-node";
+const LATE: &str = "krs-shutdown-late";
 
 /// A static pod that exits `delay` seconds after SIGTERM.
 fn manifest(name: &str, critical: bool, delay: u32) -> String {
@@ -171,6 +173,39 @@ async fn shutdown_terminates_pods_by_priority() {
     })
     .await;
     assert!(message.contains("node is shutting down"), "{message}");
+
+    // No new pod is admitted meanwhile.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let _ = pods
+        .delete(LATE, &DeleteParams::default().grace_period(0))
+        .await;
+    let late: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": LATE},
+        "spec": {
+            "nodeName": NODE,
+            "containers": [{"name": "main", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+                            "command": ["sleep", "3600"]}],
+        },
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &late).await.unwrap();
+    let rejected = wait_async(Duration::from_secs(30), "the late pod's rejection", || {
+        let pods = pods.clone();
+        async move {
+            let p = pods.get(LATE).await.ok()?;
+            let s = p.status?;
+            (s.phase.as_deref() == Some("Failed")).then_some(s)
+        }
+    })
+    .await;
+    assert_eq!(rejected.reason.as_deref(), Some("NodeShutdown"));
+    assert_eq!(
+        rejected.message.as_deref(),
+        Some("Pod was rejected: Pod was rejected as the node is shutting down.")
+    );
+    let _ = pods
+        .delete(LATE, &DeleteParams::default().grace_period(0))
+        .await;
 
     let mut done = Vec::new();
     for name in ["low", "crit"] {

@@ -187,6 +187,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
                     &allocatable::capacity(&host.facts, &allocatable_settings),
                 )),
                 node_labels,
+                shutting_down: shutting_down.clone(),
             })
         }
         None => sync_loop,

@@ -126,6 +126,17 @@ fn short(resource: &str, requested: i64, used: i64, capacity: i64) -> String {
     )
 }
 
+/// While the node shuts down no new pod is admitted (upstream's shutdown admit handler).
+pub fn admit_during_shutdown(shutting_down: bool) -> Result<(), Rejection> {
+    if shutting_down {
+        return reject(
+            "NodeShutdown",
+            "Pod was rejected as the node is shutting down.".into(),
+        );
+    }
+    Ok(())
+}
+
 /// Checks `pod` against the node and the pods already admitted.
 pub fn admit<'a>(
     pod: &Pod,
@@ -257,5 +268,13 @@ mod tests {
                 .reason,
             "NodeAffinity"
         );
+    }
+
+    #[test]
+    fn nothing_is_admitted_while_the_node_shuts_down() {
+        assert!(admit_during_shutdown(false).is_ok());
+        let r = admit_during_shutdown(true).unwrap_err();
+        assert_eq!(r.reason, "NodeShutdown");
+        assert_eq!(r.message, "Pod was rejected as the node is shutting down.");
     }
 }

@@ -57,6 +57,8 @@ pub struct Admission {
     pub allocatable: admission::Allocatable,
     /// The node's labels as the API server has them now (node::labels keeps them current).
     pub node_labels: watch::Receiver<std::collections::BTreeMap<String, String>>,
+    /// True while the node shutdown manager handles a shutdown.
+    pub shutting_down: watch::Receiver<bool>,
 }
 
 pub struct SyncLoopInputs {
@@ -247,7 +249,8 @@ impl SyncLoop {
             running.iter().map(|p| p.as_ref()),
             &adm.allocatable,
             &node_labels,
-        );
+        )
+        .and_then(|()| admission::admit_during_shutdown(*adm.shutting_down.borrow()));
         let Err(rejection) = verdict else {
             return true;
         };
