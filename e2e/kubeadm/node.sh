@@ -19,21 +19,26 @@
 #      iptables FORWARD rule that drops pod traffic leaving the pod network;
 #   3. starts containerd (restrict_oom_score_adj, registries pinned to a closed local port, CNI
 #      config folder /etc/cni/net.d, empty until step 7) and imports the images run.sh built;
-#   4. puts `kubelet` (ours or upstream's), `kubeadm`, `kubectl` and `crictl` (crictl.py: no
-#      registry here serves cri-tools) first on PATH, and writes /etc/default/kubelet;
-#   5. starts kubelet-service.sh, which plays systemd's kubelet.service with kubeadm's drop-in;
+#   4. puts `kubelet` (ours or upstream's), `kubeadm`, `kubectl`, `crictl` (crictl.py: no
+#      registry here serves cri-tools) and `systemctl` (e2e/kubeadm/systemctl, for the unit below)
+#      first on PATH, and writes /etc/default/kubelet;
+#   5. starts kubelet-service.sh, which plays systemd's kubelet.service with kubeadm's drop-in
+#      (enabled: it crash-loops until kubeadm writes the kubelet's config, as on a real node);
 #   6. `kubeadm init --config` (the config file below) with the preflight errors run.sh names
-#      ignored and the addon/coredns phase skipped (run.sh says why);
+#      ignored and the addon/coredns phase skipped (run.sh says why); kubeadm stops, starts and
+#      restarts the kubelet itself through `systemctl`; checks that kubelet-finalize found the
+#      kubelet's rotatable client certificate;
 #   7. installs a CNI bridge config for the node's podCIDR (as a user applies a network add-on),
 #      waits for the node to be Ready, removes the control-plane taint, runs a Deployment and
-#      checks `kubectl logs` and `kubectl exec` on its pod, and that every kube-system pod runs;
-#   8. stops the kubelet (kubeadm reset's own `systemctl stop kubelet` fails here: no systemd),
-#      runs `kubeadm reset -f`, removes the CNI config (reset leaves it to the user), checks that
-#      no file is left in /etc/kubernetes, /var/lib/kubelet, /var/lib/etcd, no mount under
-#      /var/lib/kubelet and no pod in containerd;
+#      checks `kubectl logs` and `kubectl exec` on its pod, and that the control plane's mirror
+#      pods and kube-proxy's pod exist and every kube-system pod runs and is ready;
+#   8. `kubeadm reset -f` (which stops the kubelet with `systemctl stop kubelet`), removes the CNI
+#      config (reset leaves it to the user), checks that no file is left in /etc/kubernetes,
+#      /var/lib/kubelet, /var/lib/etcd, no mount under /var/lib/kubelet and no pod in containerd;
 #   9. on any exit: stops the kubelet service, containerd, its shims and containers.
-# Writes $KA_ARTIFACTS/timings.env (epoch seconds of each step) and $KA_ARTIFACTS/verdict
-# ("ok", or what failed). Environment (set by run.sh): KA_KIND, KA_KUBELET_BIN, KA_ARTIFACTS,
+# A failed check of the kubelet (check_failed) does not stop the run: every one is reported, and
+# the run ends failed. Writes $KA_ARTIFACTS/timings.env (epoch seconds of each step) and
+# $KA_ARTIFACTS/verdict ("ok", or what failed). Environment (set by run.sh): KA_KIND, KA_KUBELET_BIN, KA_ARTIFACTS,
 # KA_IMAGES_LIST, KA_PY, KA_STUBS, KA_IGNORE_PREFLIGHT, KA_SKIP_PHASES.
 set -euo pipefail
 
@@ -60,8 +65,15 @@ fail() {
 	nlog "FAILED: $*"
 	exit 1
 }
+# check_failed MSG: a check of the kubelet failed; the run goes on (so that every such failure
+# and the remaining timings are seen) and ends failed.
+FAILED_CHECKS=()
+check_failed() {
+	FAILED_CHECKS+=("$*")
+	nlog "CHECK FAILED: $*"
+}
 mark() { printf '%s=%s\n' "$1" "$EPOCHREALTIME" >>"$KA_ARTIFACTS/timings.env"; }
-# child CMD...: runs CMD in the background and waits for it, so that SIGTERM reaches the trap at
+# child CMD...: runs CMD (a program, not a function: cleanup stops that one process) in the background and waits for it, so that SIGTERM reaches the trap at
 # once (bash runs traps only between foreground commands); cleanup stops a child still running.
 child() {
 	local rc=0
@@ -224,6 +236,7 @@ install_tools() {
 	ln -sfn "$KA_KUBELET_BIN" "$BIN_DIR/kubelet"
 	ln -sfn "$KA_UPSTREAM_BIN/kubeadm" "$BIN_DIR/kubeadm"
 	ln -sfn "$KA_UPSTREAM_BIN/kubectl" "$BIN_DIR/kubectl"
+	ln -sfn "$HERE/systemctl" "$BIN_DIR/systemctl"
 	printf '#!/bin/sh\n# e2e/kubeadm: crictl stand-in (crictl.py says why)\nexec %q %q --stubs %q "$@"\n' \
 		"$KA_PY" "$HERE/crictl.py" "$KA_STUBS" >"$BIN_DIR/crictl"
 	chmod 0755 "$BIN_DIR/crictl"
@@ -264,6 +277,15 @@ kind: KubeletConfiguration
 cgroupDriver: cgroupfs
 # The node's pods go under a cgroup of their own, never under another kubelet's on this machine.
 cgroupRoot: /$KA_CGROUP
+# This machine's disk is often more than 85 % full (its builds and other tests): image GC would
+# delete the imported images, which nothing can pull again, and the default eviction thresholds
+# (imagefs.available<15%) would put the node under disk pressure. The same settings as e2e/run.sh.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: 1%
+  imagefs.available: 1%
 ---
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
@@ -303,7 +325,22 @@ kubeadm_init() {
 		fail "kubeadm init failed; see $LOGS/kubeadm-init.log and $LOGS/kubelet.log"
 	fi
 	mark init_done
-	grep -E '^\s*\[WARNING|Your Kubernetes control-plane has initialized' "$LOGS/kubeadm-init.log" >&2 || true
+	grep -E '^\s*\[WARNING|WARNING:|Your Kubernetes control-plane has initialized' "$LOGS/kubeadm-init.log" >&2 || true
+	check_kubelet_finalize
+}
+
+# kubeadm's kubelet-finalize phase points kubelet.conf at the kubelet's rotatable client
+# certificate (/var/lib/kubelet/pki/kubelet-client-current.pem) when the kubelet has written it, and
+# restarts the kubelet. With rotateCertificates (kubeadm's default) a kubelet writes it: the
+# upstream kubelet stores the kubeconfig's embedded pair there at start and rotates it. Without it
+# kubelet.conf keeps the one-year certificate kubeadm embedded, which nothing renews.
+check_kubelet_finalize() {
+	grep -q '^rotateCertificates: true' /var/lib/kubelet/config.yaml || return 0
+	if grep -q 'client-certificate: /var/lib/kubelet/pki/kubelet-client-current.pem' /etc/kubernetes/kubelet.conf; then
+		nlog "kubelet-finalize: kubelet.conf points at the rotatable /var/lib/kubelet/pki/kubelet-client-current.pem"
+	else
+		check_failed "kubelet-finalize: the kubelet wrote no /var/lib/kubelet/pki/kubelet-client-current.pem by the end of init (rotateCertificates: true), so kubelet.conf keeps kubeadm's embedded one-year client certificate"
+	fi
 }
 
 kubectl_() { kubectl --request-timeout=20s "$@"; }
@@ -387,7 +424,7 @@ run_workload() {
 	nlog "removing the control-plane taint; running Deployment hello"
 	kubectl_ taint node "$KA_NODE_NAME" node-role.kubernetes.io/master:NoSchedule- >&2
 	deployment | kubectl_ apply -f - >&2
-	child kubectl_ rollout status deployment/hello --timeout=180s >&2 ||
+	child kubectl --request-timeout=20s rollout status deployment/hello --timeout=180s >&2 ||
 		{
 			kubectl_ describe pods -l app=hello >"$LOGS/hello-describe.txt" 2>&1 || true
 			fail "Deployment hello not available within 180 s; see $LOGS/hello-describe.txt"
@@ -432,8 +469,7 @@ check_system_pods() {
 # --- 8. reset ----------------------------------------------------------------------------------
 
 kubeadm_reset() {
-	nlog "stopping the kubelet (systemctl stop kubelet), then kubeadm reset -f"
-	stop_kubelet_service
+	nlog "kubeadm reset -f (it stops the kubelet with systemctl stop kubelet)"
 	mark reset_start
 	child kubeadm reset -f --cri-socket "$KA_CRI_SOCKET" -v=1 </dev/null >"$LOGS/kubeadm-reset.log" 2>&1 ||
 		fail "kubeadm reset -f failed; see $LOGS/kubeadm-reset.log"
@@ -534,6 +570,10 @@ main() {
 	check_system_pods
 	kubeadm_reset
 	mark node_done
+	if ((${#FAILED_CHECKS[@]})); then
+		printf 'failed: %s\n' "${FAILED_CHECKS[@]}" >"$KA_ARTIFACTS/verdict"
+		exit 1
+	fi
 	echo ok >"$KA_ARTIFACTS/verdict"
 }
 
