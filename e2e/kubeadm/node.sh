@@ -32,6 +32,7 @@
 #      waits for the node to be Ready, removes the control-plane taint, runs a Deployment and
 #      checks `kubectl logs` and `kubectl exec` on its pod, and that the control plane's mirror
 #      pods and kube-proxy's pod exist and every kube-system pod runs and is ready;
+#      Then the kubelet crashes (SIGKILL): restarted by the unit, it must adopt every container;
 #   8. `kubeadm reset -f` (which stops the kubelet with `systemctl stop kubelet`), removes the CNI
 #      config (reset leaves it to the user), checks that no file is left in /etc/kubernetes,
 #      /var/lib/kubelet, /var/lib/etcd, no mount under /var/lib/kubelet and no pod in containerd;
@@ -466,6 +467,45 @@ check_system_pods() {
 	nlog "kube-system: $(kubectl_ -n kube-system get pods --no-headers | awk '{ printf "%s %s %s; ", $1, $2, $3 }')"
 }
 
+# The kubelet crashes (SIGKILL); the unit restarts it after RestartSec. The restarted kubelet
+# must adopt what runs: no container restarted or replaced (the same container IDs and restart
+# counts in every pod's status), the node Ready, `kubectl exec` working again.
+check_kubelet_restart() {
+	local listing before after pid state deadline out pod
+	listing='{range .items[*]}{.metadata.namespace}/{.metadata.name}:{range .status.containerStatuses[*]} {.containerID}/{.restartCount}{end}{"\n"}{end}'
+	before="$(kubectl_ get pods -A -o "jsonpath=$listing" | sort)"
+	state="$(cat /run/krs-kubelet-service/state)"
+	pid="${state#active }"
+	[[ "$state" == active* && "$pid" =~ ^[0-9]+$ ]] || {
+		check_failed "kubelet restart: the unit is not active ($state)"
+		return 0
+	}
+	nlog "kubelet crash: SIGKILL to pid $pid; the unit restarts it in ${KRS_KUBEADM_RESTART_SEC:-10}s"
+	kill -KILL "$pid"
+	mark crash
+	deadline=$((SECONDS + ${KRS_KUBEADM_RESTART_SEC:-10} + 60))
+	pod="$(kubectl_ get pods -l app=hello -o 'jsonpath={.items[0].metadata.name}')"
+	until state="$(cat /run/krs-kubelet-service/state)" && [[ "$state" == active* && "$state" != "active $pid" ]] &&
+		curl -fsS --max-time 2 http://127.0.0.1:10248/healthz >/dev/null 2>&1 && node_ready &&
+		out="$(kubectl_ exec "$pod" -- true 2>&1)"; do
+		((SECONDS < deadline)) || {
+			check_failed "kubelet restart: not back (unit $state, node Ready, kubectl exec) within $((${KRS_KUBEADM_RESTART_SEC:-10} + 60)) s: ${out:-}"
+			return 0
+		}
+		sleep 0.5
+	done
+	mark restarted
+	# What the restarted kubelet reports once it has looked at everything.
+	sleep 5
+	after="$(kubectl_ get pods -A -o "jsonpath=$listing" | sort)"
+	if [[ "$before" == "$after" ]]; then
+		nlog "kubelet restarted (${state#active }): every container adopted, none restarted; node Ready; exec works"
+	else
+		diff <(printf '%s\n' "$before") <(printf '%s\n' "$after") >"$LOGS/restart-diff.txt"
+		check_failed "kubelet restart: containers restarted or replaced: $(grep '^[<>]' "$LOGS/restart-diff.txt" | head -n 6 | tr '\n' ' ')"
+	fi
+}
+
 # --- 8. reset ----------------------------------------------------------------------------------
 
 kubeadm_reset() {
@@ -568,6 +608,7 @@ main() {
 	wait_ready
 	run_workload
 	check_system_pods
+	check_kubelet_restart
 	kubeadm_reset
 	mark node_done
 	if ((${#FAILED_CHECKS[@]})); then
