@@ -31,16 +31,17 @@
 #   7. installs a CNI bridge config for the node's podCIDR (as a user applies a network add-on),
 #      waits for the node to be Ready, removes the control-plane taint, runs a Deployment and
 #      checks `kubectl logs` and `kubectl exec` on its pod, and that the control plane's mirror
-#      pods and kube-proxy's pod exist and every kube-system pod runs and is ready;
-#      Then the kubelet crashes (SIGKILL): restarted by the unit, it must adopt every container;
+#      pods and kube-proxy's pod exist and every kube-system pod runs and is ready; then the
+#      kubelet crashes (SIGKILL): restarted by the unit, it must adopt every container;
 #   8. `kubeadm reset -f` (which stops the kubelet with `systemctl stop kubelet`), removes the CNI
 #      config (reset leaves it to the user), checks that no file is left in /etc/kubernetes,
 #      /var/lib/kubelet, /var/lib/etcd, no mount under /var/lib/kubelet and no pod in containerd;
 #   9. on any exit: stops the kubelet service, containerd, its shims and containers.
 # A failed check of the kubelet (check_failed) does not stop the run: every one is reported, and
 # the run ends failed. Writes $KA_ARTIFACTS/timings.env (epoch seconds of each step) and
-# $KA_ARTIFACTS/verdict ("ok", or what failed). Environment (set by run.sh): KA_KIND, KA_KUBELET_BIN, KA_ARTIFACTS,
-# KA_IMAGES_LIST, KA_PY, KA_STUBS, KA_IGNORE_PREFLIGHT, KA_SKIP_PHASES.
+# $KA_ARTIFACTS/verdict ("ok", or what failed). Environment (set by run.sh): KA_KIND,
+# KA_KUBELET_BIN, KA_ARTIFACTS, KA_IMAGES_LIST, KA_PY, KA_STUBS, KA_IGNORE_PREFLIGHT,
+# KA_SKIP_PHASES.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -4,10 +4,12 @@
 #
 # Makes kubeadm v1.20.2 the judge of a kubelet: on this machine, from nothing, in a node of its
 # own (network, mount and UTS namespaces: e2e/kubeadm/lib.sh), `kubeadm init` with the kubelet
-# started exactly as the kubeadm package's systemd drop-in starts it
-# (e2e/kubeadm/kubelet-service.sh), a CNI bridge config, the node Ready, a Deployment whose pod
-# answers `kubectl logs` and `kubectl exec`, every kube-system pod running, then `kubeadm reset -f`;
-# and the machine as it was (checked: the run fails if anything is left).
+# started exactly as the kubeadm package's systemd drop-in starts it, kubeadm driving it through
+# `systemctl` (e2e/kubeadm/kubelet-service.sh, e2e/kubeadm/systemctl), a CNI bridge config, the
+# node Ready, a Deployment whose pod answers `kubectl logs` and `kubectl exec`, the mirror pods
+# and every kube-system pod running, a kubelet crash that must leave every container running,
+# then `kubeadm reset -f`; and the machine as it was (checked: the run fails if anything is
+# left). e2e/kubeadm/node.sh lists every step and check; e2e/kubeadm/README.md what is ignored.
 #
 #   --kubelet ours      our kubelet (default): `cargo build --release`, or $KRS_KUBEADM_KUBELET
 #   --kubelet upstream  the upstream kubelet v1.20.2 (hack/upstream/build.sh), the same way
@@ -27,7 +29,8 @@
 # kubeadm package depends on them) if missing.
 # Env: CARGO_TARGET_DIR (default /var/cache/kubelet-rs/target), KRS_KUBEADM_KUBELET (our kubelet
 # binary: skips the cargo build), KRS_KUBEADM_KUBELET_EXTRA_ARGS (the node's
-# /etc/default/kubelet KUBELET_EXTRA_ARGS, default empty), KRS_KUBEADM_RESTART_SEC (default 2).
+# /etc/default/kubelet KUBELET_EXTRA_ARGS, default empty), KRS_KUBEADM_RESTART_SEC (the unit's
+# RestartSec, default 10).
 set -euo pipefail
 
 SELF="$(readlink -f "${BASH_SOURCE[0]}")"
