@@ -128,7 +128,8 @@ prepare() {
 			export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/kubelet-rs/target}"
 			ka_log "cargo build --release (CARGO_TARGET_DIR=$CARGO_TARGET_DIR; waits for another build's lock)"
 			(cd "$KA_REPO" && nice -n 10 cargo build --release --bin kubelet) >&2
-			OURS_BIN="$CARGO_TARGET_DIR/release/kubelet"
+			OURS_BIN="$(this_checkouts_kubelet)" ||
+				ka_die "no kubelet built from $KA_REPO in $CARGO_TARGET_DIR/release (another checkout's build replaced it?)"
 		fi
 	fi
 	crictl_stubs
@@ -139,6 +140,26 @@ prepare() {
 		tail -n 20 "$ARTIFACTS_ROOT/images.log" >&2
 		ka_die "e2e/kubeadm/images.sh failed; log $ARTIFACTS_ROOT/images.log"
 	}
+}
+
+# The kubelet cargo just built from this checkout, copied aside. Worktrees share
+# CARGO_TARGET_DIR, and target/release/kubelet is whichever checkout's build finished last (a run
+# here once took main's binary for ours): the copy must carry this checkout's path (the debug
+# info's compilation folder), looked for in target/release/kubelet, then in deps/.
+this_checkouts_kubelet() {
+	local f copy="$ARTIFACTS_ROOT/kubelet-ours"
+	mkdir -p "$ARTIFACTS_ROOT"
+	for f in "$CARGO_TARGET_DIR/release/kubelet" $(ls -t "$CARGO_TARGET_DIR"/release/deps/kubelet-* 2>/dev/null); do
+		[[ -f "$f" && -x "$f" ]] || continue
+		cp -f "$f" "$copy.tmp"
+		if grep -qaF -- "$KA_REPO" "$copy.tmp"; then
+			mv -f "$copy.tmp" "$copy"
+			printf '%s\n' "$copy"
+			return 0
+		fi
+	done
+	rm -f "$copy.tmp"
+	return 1
 }
 
 # crictl.py's runtime.v1 modules, generated once from proto/runtime/v1/api.proto.
