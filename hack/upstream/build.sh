@@ -9,6 +9,9 @@
 #   the conformance harness: hack/upstream/build.sh test/e2e/e2e.test \
 #          vendor/github.com/onsi/ginkgo/ginkgo test/images/agnhost cmd/kube-proxy cmd/kubelet \
 #          cmd/kubectl   (the kubectl specs run `kubectl`: one of the suite's version, not 1.32)
+#   the kubeadm harness (e2e/kubeadm/run.sh): hack/upstream/build.sh cmd/kubeadm \
+#          cmd/kube-apiserver cmd/kube-controller-manager cmd/kube-scheduler cmd/kube-proxy \
+#          cmd/kubectl   (kubeadm is static like upstream's release binary, see is_static)
 #
 # A TARGET is a package path in the tree; its binary is named after its last element. As in
 # upstream's hack/lib/golang.sh, a target ending in ".test" (test/e2e/e2e.test,

@@ -37,6 +37,11 @@ const MAX_DIRTY_PATHS: usize = 4096;
 /// Manifests are small; refuse to load anything that is clearly not one.
 const MAX_MANIFEST_BYTES: u64 = 10 * 1024 * 1024;
 const SLOW_SCAN: Duration = Duration::from_secs(5);
+/// While the static pod path does not exist, it is looked for this often (upstream's file
+/// source retries its watch every second, its `retryPeriod`), not only every
+/// `fileCheckFrequency`: kubeadm starts the kubelet before it creates /etc/kubernetes/manifests
+/// and writes the control plane's manifests, then waits for the API server.
+const MISSING_PATH_RETRY: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
@@ -573,6 +578,11 @@ impl FileSource {
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = ticker.tick() => want_scan = true,
+                _ = tokio::time::sleep(MISSING_PATH_RETRY),
+                    if pending.is_none() && watch.watcher.is_none() && watch.ident.is_none() =>
+                {
+                    want_scan = true;
+                }
                 _ = sink.wake.notified() => {
                     if !settle(&sink, &cancel).await {
                         return;
@@ -960,6 +970,34 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn folder_created_later_is_picked_up_within_a_second_or_two() {
+        // kubeadm's order: the kubelet starts, then /etc/kubernetes/manifests appears with the
+        // control plane's manifests. A fileCheckFrequency of an hour proves that the path is
+        // looked for again well before the periodic relist.
+        let dir = tempfile::tempdir().unwrap();
+        let manifests = dir.path().join("manifests");
+        let (tx, mut rx) = mpsc::channel(8);
+        let cancel = CancellationToken::new();
+        tokio::spawn(run_file_source(
+            manifests.clone(),
+            NODE.into(),
+            Duration::from_secs(3600),
+            tx,
+            cancel.clone(),
+        ));
+        assert!(next(&mut rx).await.is_empty());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        fs::create_dir(&manifests).unwrap();
+        fs::write(manifests.join("a.yaml"), manifest("a", "nginx:1")).unwrap();
+        let update = tokio::time::timeout(Duration::from_secs(3), rx.recv())
+            .await
+            .expect("the new folder's manifest not seen within 3 s")
+            .expect("source stopped");
+        assert_eq!(images(&update.pods), ["nginx:1"]);
+        cancel.cancel();
     }
 
     #[tokio::test]
