@@ -11,7 +11,10 @@
 # KRS_KEEP_CLUSTER=1 or they were running already.
 # When cargo test passes, runs the quick upstream e2e subset against the kubelet just built
 # (e2e/run.sh --suite quick: [NodeConformance] specs that pass today, on a bed of its own that
-# it takes down again; about 2 minutes). KRS_E2E_QUICK=0 leaves it out.
+# it takes down again; about 2 minutes). KRS_E2E_QUICK=0 leaves it out. Then kubeadm v1.20.2
+# init/reset on that kubelet (e2e/kubeadm/run.sh --kubelet ours: a node in namespaces of its
+# own; about a minute, plus building kubeadm and its images the first time).
+# KRS_E2E_KUBEADM=0 leaves it out.
 # Exit status: the first failing step's, else cargo test's.
 set -euo pipefail
 
@@ -80,6 +83,11 @@ main() {
 		log "upstream e2e, quick subset (e2e/run.sh --suite quick)"
 		KRS_E2E_KUBELET="$CARGO_TARGET_DIR/debug/kubelet" \
 			"$REPO_ROOT/e2e/run.sh" --kubelet ours --suite quick --parallel 3 --no-results || status=$?
+	fi
+	if [[ "$status" == 0 && "${KRS_E2E_KUBEADM:-1}" != 0 ]]; then
+		log "kubeadm init on our kubelet (e2e/kubeadm/run.sh)"
+		KRS_KUBEADM_KUBELET="$CARGO_TARGET_DIR/debug/kubelet" \
+			"$REPO_ROOT/e2e/kubeadm/run.sh" --kubelet ours || status=$?
 	fi
 	return "$status"
 }
