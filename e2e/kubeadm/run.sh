@@ -33,6 +33,11 @@
 # RestartSec, default 10).
 set -euo pipefail
 
+# The node has its own runtime at kubeadm's default socket. A shell that sourced the test bed's
+# env (hack/test.sh does) exports the bed's CRI endpoints, which crictl would otherwise take
+# over kubeadm's --runtime-endpoint for images.
+unset CONTAINER_RUNTIME_ENDPOINT IMAGE_SERVICE_ENDPOINT
+
 SELF="$(readlink -f "${BASH_SOURCE[0]}")"
 HERE="$(dirname "$SELF")"
 # shellcheck source=e2e/kubeadm/lib.sh
