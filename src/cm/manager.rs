@@ -239,12 +239,7 @@ impl CgroupManager {
         }
         let mut uids = BTreeSet::new();
         for q in CLASSES {
-            let literal = self.driver.literal(&self.qos_name(q));
-            let parts: Vec<String> = literal
-                .split('/')
-                .filter(|c| !c.is_empty())
-                .map(str::to_string)
-                .collect();
+            let parts = driver::components(&self.driver.literal(&self.qos_name(q)));
             for (dir, _) in super::fs::dirs(self.layout(), &parts) {
                 let Ok(entries) = std::fs::read_dir(&dir) else {
                     continue;

@@ -44,7 +44,9 @@ pub fn from_config(grace: i64, critical: i64, by_priority: &[(i32, i64)]) -> Vec
 
 /// How long logind must wait for us: every group's period in turn.
 pub fn total_seconds(groups: &[Group]) -> i64 {
-    groups.iter().map(|g| g.grace_seconds.max(0)).sum()
+    groups
+        .iter()
+        .fold(0i64, |sum, g| sum.saturating_add(g.grace_seconds.max(0)))
 }
 
 /// The group a pod of this priority belongs to: the one with the highest priority not above

@@ -30,8 +30,11 @@ pub const REASON: &str = "Terminated";
 pub const MESSAGE: &str = "Pod was terminated in response to imminent node shutdown.";
 /// What the Ready condition says meanwhile.
 pub const NOT_READY: &str = "node is shutting down";
-/// After a lost bus or a failed start, the next try.
-const RETRY: Duration = Duration::from_secs(5);
+/// After a lost bus or a failed start, the next try: doubling from the first to the last, so
+/// a node without logind is not told so every few seconds; back to the first after a session
+/// that lasted.
+const RETRY_FIRST: Duration = Duration::from_secs(5);
+const RETRY_MAX: Duration = Duration::from_secs(300);
 const POLL: Duration = Duration::from_millis(200);
 /// How long logind may take to apply a raised InhibitDelayMaxSec after SIGHUP.
 const RELOAD_WAIT: Duration = Duration::from_secs(5);
@@ -97,15 +100,21 @@ pub fn spawn(
     };
     let cancel = cancel.child_token();
     tasks.background("node shutdown manager", async move {
+        let mut retry = RETRY_FIRST;
         loop {
+            let started = Instant::now();
             match manager.session(&cancel).await {
                 Ok(()) => return,
-                Err(e) => warn!(err = %e, "Node shutdown manager: lost logind; retrying"),
+                Err(e) => warn!(err = %e, ?retry, "Node shutdown manager: no logind; retrying"),
+            }
+            if started.elapsed() > RETRY_MAX {
+                retry = RETRY_FIRST;
             }
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(RETRY) => {}
+                _ = tokio::time::sleep(retry) => {}
             }
+            retry = (retry * 2).min(RETRY_MAX);
         }
     });
 }
@@ -188,21 +197,26 @@ impl Manager {
             let spec = pod.spec.as_ref();
             let priority = spec.and_then(|s| s.priority).unwrap_or(0);
             let own = spec.and_then(|s| s.termination_grace_period_seconds);
-            Some((
-                uid.to_string(),
-                crate::sources::pod_full_name(pod),
-                groups::index_for(groups, priority),
-                own,
-            ))
+            Some(Target {
+                uid: uid.to_string(),
+                name: crate::sources::pod_full_name(pod),
+                group: groups::index_for(groups, priority),
+                own_grace: own,
+            })
         });
         for (i, group) in groups.iter().enumerate() {
-            let members: Vec<&(String, String, usize, Option<i64>)> =
-                pods.iter().filter(|p| p.2 == i).collect();
+            let members: Vec<&Target> = pods.iter().filter(|p| p.group == i).collect();
             if members.is_empty() {
                 continue;
             }
-            for (uid, name, _, own) in &members {
-                let grace = groups::pod_grace(group, *own);
+            for Target {
+                uid,
+                name,
+                own_grace,
+                ..
+            } in &members
+            {
+                let grace = groups::pod_grace(group, *own_grace);
                 info!(pod = %name, grace_seconds = grace, group_priority = group.priority,
                       "Node shutdown manager: terminating pod");
                 let kill = Eviction {
@@ -220,14 +234,15 @@ impl Manager {
                     warn!(pod = %name, "Node shutdown manager: could not hand the pod to the sync loop");
                 }
             }
-            let deadline = Instant::now() + Duration::from_secs(group.grace_seconds.max(0) as u64);
+            let period = Duration::from_secs(group.grace_seconds.max(0) as u64);
+            let started = Instant::now();
             loop {
-                let left = members.iter().any(|(uid, ..)| {
+                let left = members.iter().any(|t| {
                     self.status
-                        .status(uid)
+                        .status(&t.uid)
                         .is_some_and(|s| !has_finished(&s) || any_running(&s))
                 });
-                if !left || Instant::now() >= deadline {
+                if !left || started.elapsed() >= period {
                     break;
                 }
                 tokio::select! {
@@ -237,6 +252,14 @@ impl Manager {
             }
         }
     }
+}
+
+/// A running pod the shutdown terminates, and the group it goes with.
+struct Target {
+    uid: String,
+    name: String,
+    group: usize,
+    own_grace: Option<i64>,
 }
 
 fn any_running(status: &PodStatus) -> bool {

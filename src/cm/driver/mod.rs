@@ -52,7 +52,7 @@ pub fn for_config(driver: &str, fs_root: &Path) -> Result<Box<dyn CgroupDriver>,
 }
 
 /// The path components of a literal name ("/a/b" → ["a", "b"]).
-fn components(literal: &str) -> Vec<String> {
+pub(super) fn components(literal: &str) -> Vec<String> {
     literal
         .split('/')
         .filter(|c| !c.is_empty())

@@ -162,7 +162,9 @@ fn properties(r: &PodResources, v2: bool) -> Props {
                     .unwrap_or(crate::cm::resources::DEFAULT_CFS_PERIOD_US)
                     .max(1);
                 // Rounded up to systemd's step, so the limit is never tighter than asked.
-                (q * 1_000_000 / period).div_ceil(QUOTA_STEP_USEC) * QUOTA_STEP_USEC
+                (q.saturating_mul(1_000_000) / period)
+                    .div_ceil(QUOTA_STEP_USEC)
+                    .saturating_mul(QUOTA_STEP_USEC)
             }
             _ => INFINITY,
         };
