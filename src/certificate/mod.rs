@@ -455,7 +455,21 @@ async fn request_and_store(
         what: "client",
     };
     let cert_pem = request_certificate(client, &request, &csr_pem, timeout, cancel).await?;
-    store::store_pair(cert_dir, &cert_pem, &key.serialize_pem(), Timestamp::now())
+    let key_pem = key.serialize_pem();
+    check_pair(&cert_pem, &key_pem)?;
+    store::store_pair(cert_dir, &cert_pem, &key_pem, Timestamp::now())
+}
+
+/// An issued certificate must load with our key before it becomes the store's current pair:
+/// a pair that does not would stop the next start.
+pub(crate) fn check_pair(cert_pem: &str, key_pem: &str) -> Result<(), CertError> {
+    pki::certified_key_from_pem(
+        cert_pem.as_bytes(),
+        key_pem.as_bytes(),
+        &rustls::crypto::ring::default_provider(),
+    )
+    .map(drop)
+    .map_err(|e| CertError::BadCertificate(format!("the issued certificate: {e}")))
 }
 
 /// What a certificate signing request asks for.

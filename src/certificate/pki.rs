@@ -262,7 +262,13 @@ pub fn verify_client_chain(
         .map(|r| (true, r.as_ref()))
         .chain(intermediates.iter().map(|i| (false, i.as_ref())))
         .collect();
-    if extend_chain(leaf, &parsed_leaf, &pool, now, provider, &mut Vec::new()) {
+    let mut budget = MAX_SIGNATURE_CHECKS;
+    let search = Search {
+        pool: &pool,
+        now,
+        provider,
+    };
+    if search.extend(leaf, &parsed_leaf, &mut Vec::new(), &mut budget) {
         Ok(())
     } else {
         Err(PkiError::Untrusted(
@@ -271,57 +277,77 @@ pub fn verify_client_chain(
     }
 }
 
-/// Depth-first search for an issuer of `cert` in `pool` leading to a root. `path` holds the
-/// intermediates used so far (no certificate twice).
-fn extend_chain(
-    cert: &[u8],
-    parsed: &X509Certificate<'_>,
-    pool: &[(bool, &[u8])],
+/// Signature checks one chain search may make, as Go's verifier bounds it: a client can send
+/// many intermediates that all claim to sign each other, and the search must not try every
+/// ordering of them.
+const MAX_SIGNATURE_CHECKS: u32 = 100;
+
+/// One chain search: the roots (true) and the client's intermediates (false) to build from.
+struct Search<'a> {
+    pool: &'a [(bool, &'a [u8])],
     now: i64,
-    provider: &CryptoProvider,
-    path: &mut Vec<usize>,
-) -> bool {
-    if path.len() >= MAX_CHAIN {
-        return false;
+    provider: &'a CryptoProvider,
+}
+
+impl Search<'_> {
+    /// Depth-first search for an issuer of `cert` in the pool leading to a root. `path` holds the
+    /// intermediates used so far (no certificate twice); `budget` the signature checks left.
+    fn extend(
+        &self,
+        cert: &[u8],
+        parsed: &X509Certificate<'_>,
+        path: &mut Vec<usize>,
+        budget: &mut u32,
+    ) -> bool {
+        let (pool, now, provider) = (self.pool, self.now, self.provider);
+        if path.len() >= MAX_CHAIN {
+            return false;
+        }
+        for (i, (is_root, candidate)) in pool.iter().enumerate() {
+            if path.contains(&i) {
+                continue;
+            }
+            let Ok(issuer) = parse(candidate) else {
+                continue;
+            };
+            if issuer.subject().as_raw() != parsed.issuer().as_raw()
+                || !within_validity(&issuer, now)
+            {
+                continue;
+            }
+            if *budget == 0 {
+                return false;
+            }
+            *budget -= 1;
+            if !signed_by(cert, &issuer, provider) {
+                continue;
+            }
+            if *is_root {
+                return true;
+            }
+            // An intermediate must say it is a CA, may limit how many CAs sit below it, and
+            // narrows the usages of everything below it.
+            let Ok(Some(bc)) = issuer.basic_constraints() else {
+                continue;
+            };
+            let below = path.len();
+            if !bc.value.ca
+                || bc
+                    .value
+                    .path_len_constraint
+                    .is_some_and(|max| below > max as usize)
+                || !allows_client_auth(&issuer)
+            {
+                continue;
+            }
+            path.push(i);
+            if self.extend(candidate, &issuer, path, budget) {
+                return true;
+            }
+            path.pop();
+        }
+        false
     }
-    for (i, (is_root, candidate)) in pool.iter().enumerate() {
-        if path.contains(&i) {
-            continue;
-        }
-        let Ok(issuer) = parse(candidate) else {
-            continue;
-        };
-        if issuer.subject().as_raw() != parsed.issuer().as_raw()
-            || !within_validity(&issuer, now)
-            || !signed_by(cert, &issuer, provider)
-        {
-            continue;
-        }
-        if *is_root {
-            return true;
-        }
-        // An intermediate must say it is a CA, may limit how many CAs sit below it, and
-        // narrows the usages of everything below it.
-        let Ok(Some(bc)) = issuer.basic_constraints() else {
-            continue;
-        };
-        let below = path.len();
-        if !bc.value.ca
-            || bc
-                .value
-                .path_len_constraint
-                .is_some_and(|max| below > max as usize)
-            || !allows_client_auth(&issuer)
-        {
-            continue;
-        }
-        path.push(i);
-        if extend_chain(candidate, &issuer, pool, now, provider, path) {
-            return true;
-        }
-        path.pop();
-    }
-    false
 }
 
 #[cfg(test)]

@@ -162,10 +162,9 @@ pub async fn run(mut r: ServingRotation, cancel: CancellationToken) {
             }
             continue;
         }
+        let fits = |l: &Leaf| l.common_name == cn && l.dns_names == dns && l.ips == ips;
         let at = match &current {
-            Some(l) if l.common_name == cn && l.dns_names == dns && l.ips == ips => {
-                rotation_deadline(l.not_before, l.not_after, jitter())
-            }
+            Some(l) if fits(l) => rotation_deadline(l.not_before, l.not_after, jitter()),
             Some(_) => {
                 info!(
                     ?dns,
@@ -192,13 +191,24 @@ pub async fn run(mut r: ServingRotation, cancel: CancellationToken) {
                 continue;
             }
         }
-        match request(&r, &dns, &ips, &cancel).await {
-            Ok(path) => {
+        let issued = request(&r, &dns, &ips, &cancel).await;
+        // A signer that leaves out a name would otherwise have us ask again at once, forever.
+        let issued_fits = r
+            .cert
+            .current()
+            .and_then(|c| leaf(c.cert.first()?))
+            .is_some_and(|l| fits(&l));
+        match issued {
+            Ok(path) if issued_fits => {
                 info!(cert = %path.display(), "Serving certificate issued; serving it");
                 retry = FIRST_RETRY;
             }
             Err(CertError::Cancelled) => return,
-            Err(err) => {
+            outcome => {
+                let err = match outcome {
+                    Err(err) => err.to_string(),
+                    Ok(_) => "the issued certificate does not name the node's addresses".into(),
+                };
                 warn!(%err, retry_in = ?retry, "Requesting a serving certificate failed");
                 tokio::select! {
                     _ = cancel.cancelled() => return,
@@ -226,11 +236,13 @@ async fn request(
     };
     let cert_pem =
         super::request_certificate(r.client.clone(), &request, &csr_pem, r.timeout, cancel).await?;
+    let key_pem = key.serialize_pem();
+    super::check_pair(&cert_pem, &key_pem)?;
     let file = store::store_pair_for(
         &r.cert_dir,
         store::SERVER_PREFIX,
         &cert_pem,
-        &key.serialize_pem(),
+        &key_pem,
         Timestamp::now(),
     )?;
     let pair = load_pair(&file, &file).map_err(CertError::BadCertificate)?;

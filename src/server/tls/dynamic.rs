@@ -103,7 +103,13 @@ impl DynamicCert {
     }
 
     fn reload_if_changed(&self, files: &Watched) {
-        let mut state = files.state.lock().unwrap_or_else(|e| e.into_inner());
+        // A handshake that finds another one checking the files serves the current pair
+        // rather than queueing behind that one's file I/O.
+        let mut state = match files.state.try_lock() {
+            Ok(state) => state,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return,
+        };
         if state.1.elapsed() < RELOAD_CHECK {
             return;
         }
