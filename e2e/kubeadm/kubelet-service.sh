@@ -123,6 +123,8 @@ on_exit() {
 	WANT=0
 	EXITING=1
 	stop_kubelet
+	# The node shares the machine's pids: a stale pid file could aim systemctl at a stranger.
+	rm -f "$RUN_DIR/pid"
 	slog "service loop ends"
 	exit 0
 }

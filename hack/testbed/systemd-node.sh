@@ -43,7 +43,9 @@ node_pid() {
 	[[ -r "$NODE_PIDFILE" ]] || return 1
 	local pid
 	pid="$(<"$NODE_PIDFILE")"
-	[[ "$pid" =~ ^[0-9]+$ ]] && [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == systemd ]] || return 1
+	# A recycled pid may be another node's systemd: ours lives in its own cgroup subtree.
+	[[ "$pid" =~ ^[0-9]+$ ]] && [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == systemd ]] &&
+		grep -qE ":/$NODE_CGROUP(/|\$)" "/proc/$pid/cgroup" 2>/dev/null || return 1
 	printf '%s\n' "$pid"
 }
 
@@ -182,7 +184,11 @@ stop() {
 		local deadline=$((SECONDS + STOP_TIMEOUT_S))
 		while ((SECONDS < deadline)) && kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
 		kill -9 "$pid" 2>/dev/null || true
-		while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+		deadline=$((SECONDS + STOP_TIMEOUT_S))
+		while ((SECONDS < deadline)) && kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+		if kill -0 "$pid" 2>/dev/null; then
+			krs_log "warning: systemd node $NAME (pid $pid) still there after SIGKILL"
+		fi
 	fi
 	rm -f "$NODE_PIDFILE"
 	remove_cgroups
