@@ -644,4 +644,25 @@ mod tests {
         let mids = [CertificateDer::from(mid_der)];
         assert!(verify_client_chain(&leaf.into(), &mids, &roots, now(), &p).is_err());
     }
+
+    #[test]
+    fn intermediates_signing_each_other_do_not_make_the_search_endless() {
+        // Two dozen CA certificates with one name and one key: each "signs" all the others,
+        // so without a bound the search would try every ordering up to the depth limit.
+        let p = ring();
+        let looped = TestCa::v3("loop");
+        let mids: Vec<CertificateDer<'static>> = (0..24)
+            .map(|_| {
+                let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+                params
+                    .distinguished_name
+                    .push(rcgen::DnType::CommonName, "loop");
+                params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+                CertificateDer::from(params.self_signed(&looped.key).unwrap().der().to_vec())
+            })
+            .collect();
+        let (leaf, _) = looped.v1_leaf("alice", None);
+        let roots = vec![CertificateDer::from(TestCa::v3("root").der)];
+        assert!(verify_client_chain(&leaf.into(), &mids, &roots, now(), &p).is_err());
+    }
 }
