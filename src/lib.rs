@@ -33,6 +33,7 @@ mod quantity;
 mod runtime;
 mod server;
 mod sources;
+mod startup;
 mod stats;
 mod status;
 mod sync;
@@ -44,6 +45,7 @@ mod yaml;
 
 pub use cli::{CliError, Settings, parse};
 pub use kubelet::{KubeletError, run};
+pub use telemetry::trace::{Pipeline as TracePipeline, TraceError, pipeline as trace_pipeline};
 pub use telemetry::{TelemetryError, init_logging};
 
 /// Parts the integration tests drive on their own, without a whole kubelet.

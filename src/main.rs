@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use kubelet_rs::Settings;
+use kubelet_rs::{Settings, TracePipeline};
 use tokio_util::sync::CancellationToken;
 
 fn main() -> ExitCode {
@@ -22,13 +22,25 @@ fn main() -> ExitCode {
             return ExitCode::from(code as u8);
         }
     };
-    if let Err(err) =
-        kubelet_rs::init_logging(settings.flags.verbosity, &settings.config.logging.format)
-    {
+    let traces = match settings.config.tracing.as_ref() {
+        Some(config) => match kubelet_rs::trace_pipeline(config, &settings.node_name()) {
+            Ok(p) => Some(p),
+            Err(err) => {
+                eprintln!("Error: {err}");
+                return ExitCode::from(1);
+            }
+        },
+        None => None,
+    };
+    if let Err(err) = kubelet_rs::init_logging(
+        settings.flags.verbosity,
+        &settings.config.logging.format,
+        traces.as_ref(),
+    ) {
         eprintln!("Error: initialising logging: {err}");
         return ExitCode::from(1);
     }
-    match run(settings) {
+    match run(settings, traces) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             tracing::error!(err = %format!("{err:#}"), "command failed");
@@ -37,7 +49,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(settings: Settings) -> anyhow::Result<()> {
+fn run(settings: Settings, traces: Option<TracePipeline>) -> anyhow::Result<()> {
     for warning in &settings.warnings {
         tracing::warn!("{warning}");
     }
@@ -53,9 +65,21 @@ fn run(settings: Settings) -> anyhow::Result<()> {
             wait_for_signal().await;
             on_signal.cancel();
         });
-        kubelet_rs::run(settings, cancel)
+        // Stopped after the kubelet, so the spans of its last work still leave.
+        let export_stop = CancellationToken::new();
+        let exporter = match traces {
+            Some(p) => Some(p.spawn_export(export_stop.clone())?),
+            None => None,
+        };
+        let result = kubelet_rs::run(settings, cancel)
             .await
-            .context("failed to run Kubelet")
+            .context("failed to run Kubelet");
+        export_stop.cancel();
+        if let Some(task) = exporter {
+            // The task bounds its own last export; this only guards against a stuck one.
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(10), task).await;
+        }
+        result
     })
 }
 

@@ -7,8 +7,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hyper_util::rt::TokioIo;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint, Uri};
 use tracing::Instrument;
+use tracing::field::Empty;
+
+use crate::telemetry::trace::{TARGET, propagate};
 
 use super::api;
 use super::api::image_service_client::ImageServiceClient;
@@ -19,12 +23,26 @@ use super::{CriError, parse_endpoint};
 /// (big ListContainers / ExecSync answers exceed tonic's 4 MiB default).
 pub const MAX_MESSAGE_SIZE: usize = 16 * 1024 * 1024;
 
+/// Sends the caller's trace context with every request, so the runtime's spans join the
+/// kubelet's trace (nothing is added while tracing is off).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TraceContext;
+
+impl tonic::service::Interceptor for TraceContext {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        propagate::inject_current(req.metadata_mut());
+        Ok(req)
+    }
+}
+
+type Traced = InterceptedService<Channel, TraceContext>;
+
 /// Client for the runtime's RuntimeService and ImageService. Cheap to clone;
 /// clones share the underlying connections.
 #[derive(Clone)]
 pub struct RuntimeClient {
-    runtime: RuntimeServiceClient<Channel>,
-    image: ImageServiceClient<Channel>,
+    runtime: RuntimeServiceClient<Traced>,
+    image: ImageServiceClient<Traced>,
     timeout: Duration,
 }
 
@@ -64,7 +82,25 @@ pub async fn connect_channel(endpoint: &str, timeout: Duration) -> Result<Channe
     }
 }
 
-/// Runs one unary call under `deadline`, inside a debug span naming the op.
+/// The ImageService's methods; every other op belongs to the RuntimeService.
+const IMAGE_OPS: &[&str] = &[
+    "ListImages",
+    "ImageStatus",
+    "PullImage",
+    "RemoveImage",
+    "ImageFsInfo",
+];
+
+fn service_of(op: &str) -> &'static str {
+    if IMAGE_OPS.contains(&op) {
+        "runtime.v1.ImageService"
+    } else {
+        "runtime.v1.RuntimeService"
+    }
+}
+
+/// Runs one unary call under `deadline`, inside a client span named like upstream's gRPC
+/// instrumentation names it (`runtime.v1.RuntimeService/RunPodSandbox`).
 ///
 /// The deadline is enforced here rather than with a `grpc-timeout` header so
 /// that expiry always surfaces as [`CriError::Timeout`]; dropping the call
@@ -73,7 +109,20 @@ async fn call<T, F>(op: &'static str, deadline: Duration, fut: F) -> Result<T, C
 where
     F: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
 {
-    let span = tracing::debug_span!("cri", op);
+    let service = service_of(op);
+    let span = tracing::info_span!(
+        target: TARGET,
+        "cri",
+        otel.name = %format_args!("{service}/{op}"),
+        otel.kind = "client",
+        rpc.system = "grpc",
+        rpc.service = service,
+        rpc.method = op,
+        rpc.grpc.status_code = Empty,
+        otel.status_code = Empty,
+        otel.status_description = Empty,
+    );
+    let traced = span.clone();
     async move {
         let started = Instant::now();
         let result = match tokio::time::timeout(deadline, fut).await {
@@ -86,9 +135,18 @@ where
         };
         let elapsed = started.elapsed();
         super::metrics::record_runtime_operation(op, elapsed, result.is_err());
+        let code = match &result {
+            Ok(_) => tonic::Code::Ok,
+            Err(CriError::Status { status, .. }) => status.code(),
+            Err(_) => tonic::Code::DeadlineExceeded,
+        };
+        traced.record("rpc.grpc.status_code", code as i64);
         match &result {
-            Ok(_) => tracing::debug!(?elapsed, "CRI call succeeded"),
-            Err(err) => tracing::debug!(?elapsed, error = %err, "CRI call failed"),
+            Ok(_) => tracing::debug!(op, ?elapsed, "CRI call succeeded"),
+            Err(err) => {
+                crate::telemetry::trace::record_error(&traced, err);
+                tracing::debug!(op, ?elapsed, error = %err, "CRI call failed");
+            }
         }
         result
     }
@@ -164,10 +222,10 @@ impl RuntimeClient {
     /// transports).
     pub fn from_channels(runtime: Channel, image: Channel, timeout: Duration) -> Self {
         Self {
-            runtime: RuntimeServiceClient::new(runtime)
+            runtime: RuntimeServiceClient::with_interceptor(runtime, TraceContext)
                 .max_decoding_message_size(MAX_MESSAGE_SIZE)
                 .max_encoding_message_size(MAX_MESSAGE_SIZE),
-            image: ImageServiceClient::new(image)
+            image: ImageServiceClient::with_interceptor(image, TraceContext)
                 .max_decoding_message_size(MAX_MESSAGE_SIZE)
                 .max_encoding_message_size(MAX_MESSAGE_SIZE),
             timeout,

@@ -81,6 +81,8 @@ struct State {
     omit_sandbox_id: bool,
     calls: Vec<Call>,
     cancelled: Vec<&'static str>,
+    /// The `traceparent` of every request that carried one.
+    traceparents: Vec<String>,
 }
 
 impl State {
@@ -347,6 +349,26 @@ impl FakeRuntime {
     }
 
     /// Method names of all calls so far, in order.
+    /// The `traceparent` metadata of every request that carried one, in order.
+    pub fn traceparents(&self) -> Vec<String> {
+        self.lock().traceparents.clone()
+    }
+
+    /// A server interceptor keeping each request's `traceparent`.
+    fn trace_capture(&self) -> impl tonic::service::Interceptor + Clone + use<> {
+        let fake = self.clone();
+        move |req: Request<()>| {
+            if let Some(tp) = req
+                .metadata()
+                .get("traceparent")
+                .and_then(|v| v.to_str().ok())
+            {
+                fake.lock().traceparents.push(tp.to_string());
+            }
+            Ok(req)
+        }
+    }
+
     pub fn calls(&self) -> Vec<&'static str> {
         self.lock().calls.iter().map(|c| c.method).collect()
     }
@@ -942,8 +964,14 @@ impl FakeCri {
         let runtime = FakeRuntime::default();
         let stop = CancellationToken::new();
         let server = tonic::transport::Server::builder()
-            .add_service(RuntimeServiceServer::new(runtime.clone()))
-            .add_service(ImageServiceServer::new(runtime.clone()))
+            .add_service(RuntimeServiceServer::with_interceptor(
+                runtime.clone(),
+                runtime.trace_capture(),
+            ))
+            .add_service(ImageServiceServer::with_interceptor(
+                runtime.clone(),
+                runtime.trace_capture(),
+            ))
             .serve_with_incoming_shutdown(
                 UnixListenerStream::new(listener),
                 stop.clone().cancelled_owned(),

@@ -296,3 +296,49 @@ async fn the_client_presents_localhost_as_its_authority() {
         .unwrap();
     assert_eq!(authority.as_deref(), Some("localhost"));
 }
+
+#[tokio::test]
+async fn calls_carry_the_callers_trace_context() {
+    use opentelemetry::trace::TraceContextExt;
+    use tracing::Instrument;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    let config = crate::cli::config::TracingConfiguration {
+        endpoint: None,
+        sampling_rate_per_million: Some(1_000_000),
+    };
+    let pipeline = crate::telemetry::trace::pipeline(&config, "node").expect("pipeline");
+    let subscriber = tracing_subscriber::registry().with(pipeline.layer());
+    let _default = tracing::subscriber::set_default(subscriber);
+    let cri = FakeCri::start(Duration::from_secs(5)).await;
+
+    let span = tracing::info_span!(target: crate::telemetry::trace::TARGET, "syncPod");
+    let trace_id = span.context().span().span_context().trace_id();
+    let parent_id = span.context().span().span_context().span_id();
+    cri.client
+        .version()
+        .instrument(span.clone())
+        .await
+        .expect("version");
+    cri.client
+        .version()
+        .await
+        .expect("version outside any span");
+
+    let seen = cri.runtime.traceparents();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(
+        !seen[1].contains(&trace_id.to_string()),
+        "a call outside the sync starts a trace of its own: {seen:?}"
+    );
+    let parts: Vec<&str> = seen[0].split('-').collect();
+    assert_eq!(parts[0], "00");
+    assert_eq!(parts[1], trace_id.to_string(), "the sync's trace");
+    assert_ne!(
+        parts[2],
+        parent_id.to_string(),
+        "the parent is the call's own client span, not the sync"
+    );
+    assert_eq!(parts[3], "01", "sampled");
+}

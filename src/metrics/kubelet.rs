@@ -29,6 +29,8 @@ pub struct KubeletMetrics {
     pub running_pods: Scalar,
     pub running_containers: Scalar,
     pub pod_start_duration: Histogram,
+    pub pod_start_sli_duration: Histogram,
+    pub pod_start_total_duration: Histogram,
     pub pod_worker_duration: Histogram,
     pub pleg_relist_duration: Histogram,
     pub pleg_relist_interval: Histogram,
@@ -70,6 +72,22 @@ impl KubeletMetrics {
                 alpha(
                     "kubelet_pod_start_duration_seconds",
                     "Duration in seconds from kubelet seeing a pod for the first time to the pod starting to run",
+                    &[],
+                ),
+                POD_START_BUCKETS,
+            ),
+            pod_start_sli_duration: Histogram::new(
+                alpha(
+                    "kubelet_pod_start_sli_duration_seconds",
+                    "Duration in seconds to start a pod, excluding time to pull images and run init containers, measured from pod creation timestamp to when all its containers are reported as started and observed via watch",
+                    &[],
+                ),
+                POD_START_BUCKETS,
+            ),
+            pod_start_total_duration: Histogram::new(
+                alpha(
+                    "kubelet_pod_start_total_duration_seconds",
+                    "Duration in seconds to start a pod since creation, including time to pull images and run init containers, measured from pod creation timestamp to when all its containers are reported as started and observed via watch",
                     &[],
                 ),
                 POD_START_BUCKETS,
@@ -184,6 +202,8 @@ impl KubeletMetrics {
             self.running_pods.family(),
             self.running_containers.family(),
             self.pod_start_duration.family(),
+            self.pod_start_sli_duration.family(),
+            self.pod_start_total_duration.family(),
             self.pod_worker_duration.family(),
             self.pleg_relist_duration.family(),
             self.pleg_relist_interval.family(),

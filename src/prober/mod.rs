@@ -128,6 +128,9 @@ pub struct ProbeManager {
     results: results::Results,
     /// The probing pods' tokens, by UID: bounded by the pods the sync loop runs.
     pods: Mutex<HashMap<String, CancellationToken>>,
+    /// While tracing: the trace each probing pod's last start went into, so the probes that
+    /// decide whether it is ready show in it. Only pods in `pods` have one.
+    trace_parents: Mutex<HashMap<String, opentelemetry::Context>>,
     changed: mpsc::Sender<String>,
 }
 
@@ -149,6 +152,7 @@ impl ProbeManager {
             events,
             results: results::Results::default(),
             pods: Mutex::new(HashMap::new()),
+            trace_parents: Mutex::new(HashMap::new()),
             changed: tx,
         };
         (Arc::new(manager), rx)
@@ -199,6 +203,28 @@ impl ProbeManager {
         if let Some(token) = self.pods().remove(uid) {
             token.cancel();
         }
+        self.trace_parents().remove(uid);
+    }
+
+    fn trace_parents(&self) -> std::sync::MutexGuard<'_, HashMap<String, opentelemetry::Context>> {
+        self.trace_parents.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The pod's containers were started under `span`: their first probes go in its trace.
+    pub fn set_trace_parent(&self, uid: &str, span: &tracing::Span) {
+        let Some(cx) = crate::telemetry::trace::propagate::context_of(span) else {
+            return;
+        };
+        if self.pods().contains_key(uid) {
+            self.trace_parents().insert(uid.to_string(), cx);
+        }
+    }
+
+    fn trace_parent(&self, uid: &str) -> Option<opentelemetry::Context> {
+        if !crate::telemetry::trace::enabled() {
+            return None;
+        }
+        self.trace_parents().get(uid).cloned()
     }
 
     /// The verdicts of these containers.

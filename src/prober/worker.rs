@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{Instrument, debug, warn};
 
 use super::{Outcome, ProbeKind, ProbeManager};
 use crate::events::EventType;
@@ -225,7 +225,23 @@ impl Worker {
             return true;
         }
 
-        let (outcome, output) = self.probe_once(probe, &spec, &status, id, t.timeout).await;
+        let span = self.start_span(uid, id, &spec.name);
+        let (outcome, output) = self
+            .probe_once(probe, &spec, &status, id, t.timeout)
+            .instrument(span.clone())
+            .await;
+        span.record(
+            "probe.result",
+            match outcome {
+                Outcome::Success => "successful",
+                Outcome::Failure => "failed",
+                Outcome::Unknown => "unknown",
+            },
+        );
+        if outcome != Outcome::Success {
+            crate::telemetry::trace::record_error(&span, &output);
+        }
+        drop(span);
         match outcome {
             Outcome::Success => self.count("successful"),
             Outcome::Failure => self.count("failed"),
@@ -258,6 +274,38 @@ impl Worker {
             self.run = 0;
         }
         true
+    }
+
+    /// A `probe` span in the trace of the sync that started the container, while the probe
+    /// has yet to succeed (a start's readiness and startup probes); none otherwise, so a pod's
+    /// steady probing makes no traces.
+    fn start_span(&self, uid: &str, id: &str, container: &str) -> tracing::Span {
+        if self.kind == ProbeKind::Liveness {
+            return tracing::Span::none();
+        }
+        let verdicts = self.manager.results.get(id);
+        let so_far = match self.kind {
+            ProbeKind::Readiness => verdicts.readiness,
+            _ => verdicts.startup,
+        };
+        if so_far == Some(Outcome::Success) {
+            return tracing::Span::none();
+        }
+        let Some(parent) = self.manager.trace_parent(uid) else {
+            return tracing::Span::none();
+        };
+        let span = tracing::info_span!(
+            target: crate::telemetry::trace::TARGET,
+            parent: None,
+            "probe",
+            probe.type = self.kind.name(),
+            k8s.container.name = container,
+            probe.result = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+            otel.status_description = tracing::field::Empty,
+        );
+        crate::telemetry::trace::propagate::set_parent(&span, parent);
+        span
     }
 
     async fn probe_once(

@@ -143,7 +143,6 @@ impl ImagePuller {
         map.entry(image.to_string()).or_default().clone()
     }
 
-    #[tracing::instrument(name = "image_pull", skip_all, fields(image = %container.image.as_deref().unwrap_or_default()))]
     /// `on_pull` runs just before a pull really starts (for the Pulling event); `keyring`
     /// only then too, since reading pull secrets costs API calls.
     pub async fn ensure(

@@ -27,7 +27,10 @@ use std::time::{Duration, SystemTime};
 
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::{Container, Pod};
+use tracing::field::Empty;
 use tracing::{Instrument, debug, info_span, warn};
+
+use crate::telemetry::trace::TARGET;
 
 use crate::cm::{CgroupManager, QosClass, qos_class};
 use crate::cri::{CriError, RuntimeClient, api};
@@ -74,6 +77,8 @@ pub struct Waiting {
 #[derive(Debug, Default)]
 pub struct SyncOutcome {
     pub waiting: HashMap<String, Waiting>,
+    /// Containers this sync started.
+    pub started: usize,
     /// The earliest moment the pod needs another look (backoff expiry, retry after an error).
     pub requeue_after: Option<Duration>,
     pub finished: bool,
@@ -138,13 +143,8 @@ pub struct RuntimeManager {
 /// How long a failed sandbox or CRI step waits before the worker tries again.
 const RETRY_AFTER_ERROR: Duration = Duration::from_secs(5);
 
-fn pod_desc(pod: &Pod) -> String {
-    let m = &pod.metadata;
-    format!(
-        "{}/{}",
-        m.namespace.as_deref().unwrap_or_default(),
-        m.name.as_deref().unwrap_or_default()
-    )
+fn pod_uid(pod: &Pod) -> &str {
+    pod.metadata.uid.as_deref().unwrap_or_default()
 }
 
 /// Upstream never stops a container with less than this, so SIGTERM always comes first.
@@ -273,7 +273,6 @@ impl RuntimeManager {
 
     /// One step towards the spec: whatever can be done now is done, and the outcome says when
     /// to look again.
-    #[tracing::instrument(name = "sync_pod", skip_all, fields(pod = %pod_desc(pod)))]
     pub async fn sync_pod(
         &self,
         pod: &Pod,
@@ -418,8 +417,33 @@ impl RuntimeManager {
         ))
     }
 
-    #[tracing::instrument(name = "create_sandbox", skip_all, fields(attempt))]
+    /// The pod's cgroup and sandbox, traced as `createPodSandbox`.
     async fn create_sandbox(
+        &self,
+        pod: &Pod,
+        attempt: u32,
+    ) -> Result<(String, Vec<String>), RuntimeError> {
+        let span = info_span!(
+            target: TARGET,
+            "createPodSandbox",
+            attempt,
+            otel.status_code = Empty,
+            otel.status_description = Empty,
+        );
+        let created = self
+            .create_sandbox_untraced(pod, attempt)
+            .instrument(span.clone())
+            .await;
+        match &created {
+            Ok(_) => {
+                crate::startup::tracker().mark(pod_uid(pod), crate::startup::Phase::SandboxCreated)
+            }
+            Err(err) => crate::telemetry::trace::record_error(&span, err),
+        }
+        created
+    }
+
+    async fn create_sandbox_untraced(
         &self,
         pod: &Pod,
         attempt: u32,
@@ -480,7 +504,15 @@ impl RuntimeManager {
             ContainerKind::Regular => spec.and_then(|s| s.containers.get(start.index)),
         };
         let Some(container) = container else { return };
-        let span = info_span!("start_container", container = %container.name, restart_count = start.restart_count);
+        let span = info_span!(
+            target: TARGET,
+            "startContainer",
+            k8s.container.name = %container.name,
+            k8s.container.restart_count = start.restart_count,
+            otel.status_code = Empty,
+            otel.status_description = Empty,
+        );
+        let traced = span.clone();
         async {
             match self
                 .start_container(
@@ -495,8 +527,9 @@ impl RuntimeManager {
                 )
                 .await
             {
-                Ok(()) => {}
+                Ok(()) => outcome.started += 1,
                 Err((reason, message, retry)) => {
+                    crate::telemetry::trace::record_error(&traced, &message);
                     self.events.pod(pod, EventType::Warning, "Failed", &message);
                     outcome.waiting.insert(
                         container.name.clone(),
@@ -539,7 +572,10 @@ impl RuntimeManager {
             ));
         }
         let image = container.image.as_deref().unwrap_or_default();
+        let init = start.kind == ContainerKind::Init;
+        let tracker = crate::startup::tracker();
         let announce = || {
+            tracker.pull_started(uid, &container.name, image);
             self.events.pod(
                 pod,
                 EventType::Normal,
@@ -553,12 +589,28 @@ impl RuntimeManager {
             }
             None => pull_secrets::Keyring::default(),
         };
-        let pulled = match self.images.ensure(container, keyring, announce).await {
+        let span = info_span!(
+            target: TARGET,
+            "pullImage",
+            container.image.name = image,
+            pulled = Empty,
+            otel.status_code = Empty,
+            otel.status_description = Empty,
+        );
+        let ensured = self
+            .images
+            .ensure(container, keyring, announce)
+            .instrument(span.clone())
+            .await;
+        let pulled = match ensured {
             Ok(p) => {
+                span.record("pulled", p.pulled);
+                tracker.image_ready(uid, &container.name, image);
                 backoff.forget(&pull_key);
                 p
             }
             Err(err) => {
+                crate::telemetry::trace::record_error(&span, &err);
                 let delay = match err {
                     ImageError::NeverPull(_) | ImageError::InvalidName(_) => backoff::MAX,
                     // Nothing was pulled, so there is nothing to back off from.
@@ -648,6 +700,7 @@ impl RuntimeManager {
             .create_container(sandbox_id, config, sandbox_config.clone())
             .await
             .map_err(|e| ("CreateContainerError", e.to_string(), RETRY_AFTER_ERROR))?;
+        tracker.container_created(uid, &container.name, init);
         self.events.pod(
             pod,
             EventType::Normal,
@@ -658,6 +711,7 @@ impl RuntimeManager {
             .start_container(&id)
             .await
             .map_err(|e| ("RunContainerError", e.to_string(), RETRY_AFTER_ERROR))?;
+        tracker.container_started(uid, &container.name, init);
         self.events.pod(
             pod,
             EventType::Normal,
@@ -825,7 +879,6 @@ impl RuntimeManager {
     }
 
     /// Stops every container (in parallel, each with the grace period) and then the sandboxes.
-    #[tracing::instrument(name = "kill_pod", skip_all, fields(pod = %pod_desc(pod), grace))]
     pub async fn kill_pod(
         &self,
         pod: &Pod,

@@ -11,10 +11,12 @@ mod listen;
 mod logs;
 pub mod lookup;
 mod pods;
+mod podstartup;
 mod runningpods;
 mod stats;
 mod streaming;
 pub mod tls;
+mod trace;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -135,6 +137,11 @@ fn debugging_routes(system_logs: bool) -> Router<ServerState> {
         .route("/configz", any(configz::get))
         .route("/runningpods", get(runningpods::list))
         .route("/runningpods/", get(runningpods::list))
+        .route("/debug/pods/startup", get(podstartup::list))
+        .route(
+            "/debug/pods/startup/{namespace}/{name}",
+            get(podstartup::one),
+        )
         .merge(logs::routes(system_logs))
         .merge(streaming::routes())
 }
@@ -184,6 +191,7 @@ pub fn secure_router_with(state: ServerState, kubelet_auth: auth::KubeletAuth) -
             Arc::new(kubelet_auth),
             auth::middleware,
         ))
+        .layer(axum::middleware::from_fn(trace::span))
         // Outermost, so refused requests count too, as upstream counts before its filters.
         .layer(axum::middleware::from_fn_with_state(
             "readwrite",

@@ -40,6 +40,11 @@ impl WorkerTimer {
             started: Instant::now(),
         }
     }
+
+    /// What the pass does: create, update, sync or kill (upstream's update type).
+    pub fn operation(&self) -> &'static str {
+        self.operation
+    }
 }
 
 impl Drop for WorkerTimer {

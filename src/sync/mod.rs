@@ -4,6 +4,7 @@
 pub mod admission;
 mod deadline;
 mod metrics;
+mod spans;
 pub mod worker;
 
 #[cfg(test)]
@@ -201,8 +202,12 @@ impl SyncLoop {
                     if self.rejected.contains(&uid) {
                         continue;
                     }
-                    if !self.workers.contains_key(&uid) && (finished(&pod) || !self.admitted(&pod))
-                    {
+                    let new = !self.workers.contains_key(&uid);
+                    if new && !finished(&pod) {
+                        crate::startup::tracker().seen(&pod);
+                    }
+                    if new && (finished(&pod) || !self.admitted(&pod)) {
+                        crate::startup::tracker().forget(&uid);
                         continue;
                     }
                     if let Some(w) = self.workers.get_mut(&uid).filter(|w| !w.is_terminating()) {
@@ -212,6 +217,7 @@ impl SyncLoop {
                         self.parked.insert(full_name, pod);
                     } else {
                         info!(pod = %full_name, %uid, "Pod added");
+                        crate::startup::tracker().mark(&uid, crate::startup::Phase::Admitted);
                         self.spawn(uid, Desired::Run(pod));
                     }
                 }
@@ -309,6 +315,7 @@ impl SyncLoop {
             && let Some(pod) = self.parked.remove(&full_name)
         {
             info!(pod = %full_name, uid = %uid_of(&pod), "Previous pod terminated, starting");
+            crate::startup::tracker().mark(&uid_of(&pod), crate::startup::Phase::Admitted);
             self.spawn(uid_of(&pod), Desired::Run(pod));
         }
     }

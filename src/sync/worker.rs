@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
-use super::deadline;
+use super::{deadline, spans};
 use crate::events::EventType;
 use crate::eviction::Eviction;
 use crate::prober::{ProbeManager, Verdicts};
@@ -173,10 +173,19 @@ async fn run(uid: String, inputs: Inputs, ctx: Arc<WorkerContext>, cancel: Cance
                         grace: Some(e.grace),
                     });
                 }
+                let span = spans::sync_pod(&pod, timer.operation());
+                let sync = sync_once(&uid, &pod, &ctx, &mut backoff, start_time, &mut failure);
                 let result = tokio::select! {
-                    r = sync_once(&uid, &pod, &ctx, &mut backoff, start_time, &mut failure) => r,
+                    r = sync.instrument(span.clone()) => r,
                     _ = termination_requested(&mut desired_rx) => continue,
                 };
+                match &result {
+                    Err(err) => crate::telemetry::trace::record_error(&span, err),
+                    // The probes that decide whether what started is ready join this trace.
+                    Ok(o) if o.started > 0 => ctx.probes.set_trace_parent(&uid, &span),
+                    Ok(_) => {}
+                }
+                drop(span);
                 timing.end(timer, &pod, ctx.status.status(&uid).as_ref());
                 let changed_meanwhile =
                     matches!(&*desired_rx.borrow(), Desired::Run(p) if !Arc::ptr_eq(p, &pod));
@@ -295,6 +304,7 @@ async fn sync_once(
         failure: failure.as_ref().map(|f| &f.failure),
         probes: &probes,
     });
+    crate::startup::tracker().observe_status(pod, &status);
     ctx.status.set(uid, pod.clone(), status);
     result
 }
@@ -317,9 +327,26 @@ async fn sync_running(
     let volumes = if finished {
         PodVolumes::default()
     } else {
+        let span = tracing::info_span!(
+            target: crate::telemetry::trace::TARGET,
+            "setupVolumes",
+            k8s.pod.volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).map_or(0, Vec::len),
+            otel.status_code = tracing::field::Empty,
+            otel.status_description = tracing::field::Empty,
+        );
         // Boxed: both futures are large, and the worker's own future must stay small enough
         // to be moved onto the heap when it is spawned.
-        Box::pin(ctx.volumes.setup(pod)).await?
+        let set_up = Box::pin(ctx.volumes.setup(pod).instrument(span.clone())).await;
+        match set_up {
+            Ok(v) => {
+                crate::startup::tracker().mark(uid, crate::startup::Phase::VolumesReady);
+                v
+            }
+            Err(err) => {
+                crate::telemetry::trace::record_error(&span, &err);
+                return Err(err.into());
+            }
+        }
     };
     Box::pin(
         ctx.runtime
@@ -329,7 +356,6 @@ async fn sync_running(
     .map_err(SyncError::from)
 }
 
-#[tracing::instrument(name = "terminate_pod", skip_all, fields(grace))]
 async fn terminate(
     uid: &str,
     pod: &Pod,
@@ -337,8 +363,33 @@ async fn terminate(
     ctx: &WorkerContext,
 ) -> Result<(), crate::runtime::RuntimeError> {
     let _timer = super::metrics::WorkerTimer::start("kill");
-    let observed = ctx.runtime.pod_status(uid).await?;
-    ctx.runtime.kill_pod(pod, &observed, grace).await?;
+    let span = spans::sync_terminating_pod(pod);
+    let killed = async {
+        let observed = ctx.runtime.pod_status(uid).await?;
+        ctx.runtime.kill_pod(pod, &observed, grace).await
+    }
+    .instrument(span.clone())
+    .await;
+    if let Err(err) = &killed {
+        crate::telemetry::trace::record_error(&span, err);
+    }
+    drop(span);
+    killed?;
+    let span = spans::sync_terminated_pod(pod);
+    let removed = remove(uid, pod, ctx).instrument(span.clone()).await;
+    if let Err(err) = &removed {
+        crate::telemetry::trace::record_error(&span, err);
+    }
+    crate::startup::tracker().forget(uid);
+    removed
+}
+
+/// What is left of a stopped pod: its sandboxes and containers, then its folder.
+async fn remove(
+    uid: &str,
+    pod: &Pod,
+    ctx: &WorkerContext,
+) -> Result<(), crate::runtime::RuntimeError> {
     // Containers stopped during the kill are listed again so none is missed by the removal.
     let observed = ctx.runtime.pod_status(uid).await?;
     let meta = &pod.metadata;

@@ -14,6 +14,8 @@ use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 
+pub mod trace;
+
 /// Why logging could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
@@ -55,29 +57,45 @@ pub fn filter_directives(verbosity: u8) -> String {
     out
 }
 
-/// Installs the global subscriber. `RUST_LOG`, when set, replaces the -v mapping.
-pub fn init_logging(verbosity: u8, format: &str) -> Result<(), TelemetryError> {
+/// The directive for exported spans: on only while a trace pipeline exists.
+fn trace_directive(tracing: bool) -> String {
+    let level = if tracing { "trace" } else { "off" };
+    format!("{}={level}", trace::TARGET)
+}
+
+/// Installs the global subscriber. `RUST_LOG`, when set, replaces the -v mapping. With a
+/// trace pipeline, the spans under [`trace::TARGET`] are exported too.
+pub fn init_logging(
+    verbosity: u8,
+    format: &str,
+    tracing: Option<&trace::Pipeline>,
+) -> Result<(), TelemetryError> {
     let json = match format {
         "text" | "" => false,
         "json" => true,
         other => return Err(TelemetryError::UnknownFormat(other.to_string())),
     };
-    let filter = match std::env::var("RUST_LOG") {
-        Ok(s) if !s.trim().is_empty() => {
-            EnvFilter::try_new(s).map_err(|e| TelemetryError::Filter(e.to_string()))?
-        }
-        _ => EnvFilter::try_new(filter_directives(verbosity))
-            .map_err(|e| TelemetryError::Filter(e.to_string()))?,
+    let directives = match std::env::var("RUST_LOG") {
+        Ok(s) if !s.trim().is_empty() => s,
+        _ => filter_directives(verbosity),
     };
+    let filter = EnvFilter::try_new(format!(
+        "{directives},{}",
+        trace_directive(tracing.is_some())
+    ))
+    .map_err(|e| TelemetryError::Filter(e.to_string()))?;
+    let otel = tracing.map(|p| p.layer());
     let result = if json {
         // component-base's JSON logger writes to stdout by default.
         tracing_subscriber::registry()
             .with(filter)
+            .with(otel)
             .with(KlogLayer::new(std::io::stdout, true))
             .try_init()
     } else {
         tracing_subscriber::registry()
             .with(filter)
+            .with(otel)
             .with(KlogLayer::new(std::io::stderr, false))
             .try_init()
     };
@@ -313,6 +331,10 @@ where
 {
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
         let meta = event.metadata();
+        // Span events (errors recorded on exported spans) belong to the trace, not the log.
+        if meta.target() == trace::TARGET {
+            return;
+        }
         let mut collect = Collect::default();
         event.record(&mut collect);
         let file = meta.file().unwrap_or("???");

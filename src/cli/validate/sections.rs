@@ -541,13 +541,23 @@ fn logging_format(c: &mut Check) {
 }
 
 fn tracing(c: &mut Check) {
-    let kc = c.kc;
-    if let Some(t) = &kc.tracing
-        && let Some(rate) = t.sampling_rate_per_million
-        && !(0..=1_000_000).contains(&rate)
+    let Some(t) = &c.kc.tracing else { return };
+    if let Some(rate) = t.sampling_rate_per_million {
+        if rate < 0 {
+            c.bad(format!(
+                "tracing.samplingRatePerMillion: Invalid value: {rate}: sampling rate must be positive"
+            ));
+        } else if rate > 1_000_000 {
+            c.bad(format!(
+                "tracing.samplingRatePerMillion: Invalid value: {rate}: sampling rate per million must be less than or equal to one million"
+            ));
+        }
+    }
+    if let Some(endpoint) = &t.endpoint
+        && let Err(err) = crate::telemetry::trace::parse_endpoint(endpoint)
     {
         c.bad(format!(
-            "tracing.samplingRatePerMillion: Invalid value: {rate}: sampling rate must be between 0 and 1 million"
+            "tracing.endpoint: Invalid value: {endpoint:?}: {err}"
         ));
     }
 }
