@@ -29,6 +29,27 @@ fn invalid_config_value_exits_non_zero_naming_the_field() {
     assert!(out.contains("healthzPort"), "{out}");
 }
 
+#[test]
+fn bad_tracing_endpoint_exits_non_zero_with_upstreams_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config.yaml");
+    std::fs::write(
+        &cfg,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ntracing:\n  endpoint: https://collector:4317\n  samplingRatePerMillion: 2000000\n",
+    )
+    .unwrap();
+    let (code, out) = kubelet(&[&format!("--config={}", cfg.display())]);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains("tracing.endpoint: Invalid value: \"https://collector:4317\": unsupported scheme: https."),
+        "{out}"
+    );
+    assert!(
+        out.contains("sampling rate per million must be less than or equal to one million"),
+        "{out}"
+    );
+}
+
 /// Upstream decodes leniently after a strict pass fails, so an unknown field is a warning that
 /// names it, not a fatal error; here the run then fails on the missing runtime.
 #[test]

@@ -135,6 +135,45 @@ mod tests {
     }
 
     #[test]
+    fn tracing_as_upstream_validates_it() {
+        use crate::cli::config::TracingConfiguration;
+        let mut c = base();
+        let set = |c: &mut KubeletConfiguration, endpoint: Option<&str>, rate: Option<i32>| {
+            c.tracing = Some(TracingConfiguration {
+                endpoint: endpoint.map(str::to_string),
+                sampling_rate_per_million: rate,
+            });
+        };
+        set(&mut c, None, None);
+        assert!(validate_config(&c).is_empty(), "an empty block is valid");
+        set(&mut c, Some("localhost:4317"), Some(1_000_000));
+        assert!(validate_config(&c).is_empty());
+        set(&mut c, Some("unix:///run/otel.sock"), Some(0));
+        assert!(validate_config(&c).is_empty());
+        set(&mut c, None, Some(-1));
+        assert_eq!(
+            validate_config(&c),
+            [
+                "invalid configuration: tracing.samplingRatePerMillion: Invalid value: -1: sampling rate must be positive"
+            ]
+        );
+        set(&mut c, None, Some(1_000_001));
+        assert_eq!(
+            validate_config(&c),
+            [
+                "invalid configuration: tracing.samplingRatePerMillion: Invalid value: 1000001: sampling rate per million must be less than or equal to one million"
+            ]
+        );
+        set(&mut c, Some("http://collector:4317"), None);
+        assert_eq!(
+            validate_config(&c),
+            [
+                "invalid configuration: tracing.endpoint: Invalid value: \"http://collector:4317\": unsupported scheme: http.  Options are none, dns, unix, or unix-abstract.  See https://github.com/grpc/grpc/blob/master/doc/naming.md"
+            ]
+        );
+    }
+
+    #[test]
     fn read_only_port_and_healthz_zero_are_allowed() {
         let mut c = base();
         c.read_only_port = 0;
