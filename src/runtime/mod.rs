@@ -30,11 +30,10 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use tracing::field::Empty;
 use tracing::{Instrument, debug, info_span, warn};
 
-use crate::telemetry::trace::TARGET;
-
 use crate::cm::{CgroupManager, QosClass, qos_class};
 use crate::cri::{CriError, RuntimeClient, api};
 use crate::events::{EventRecorder, EventType};
+use crate::telemetry::trace::TARGET;
 use actions::{ContainerKind, PodActions, StartAction, compute_pod_actions};
 use backoff::Backoff;
 use env::PodFacts;
