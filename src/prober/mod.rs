@@ -128,11 +128,14 @@ pub struct ProbeManager {
     results: results::Results,
     /// The probing pods' tokens, by UID: bounded by the pods the sync loop runs.
     pods: Mutex<HashMap<String, CancellationToken>>,
-    /// While tracing: the trace each probing pod's last start went into, so the probes that
-    /// decide whether it is ready show in it. Only pods in `pods` have one.
-    trace_parents: Mutex<HashMap<String, opentelemetry::Context>>,
+    /// While tracing: the trace each probing pod's last start went into, and when, so the
+    /// probes that decide whether it is ready show in it. Only pods in `pods` have one.
+    trace_parents: Mutex<HashMap<String, (opentelemetry::Context, std::time::Instant)>>,
     changed: mpsc::Sender<String>,
 }
+
+/// How long after a start its probes are traced in the start's trace.
+const PROBE_TRACE_WINDOW: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// How many verdict changes may wait for the sync loop; past that a change waits for the
 /// pod's next periodic sync instead.
@@ -206,7 +209,10 @@ impl ProbeManager {
         self.trace_parents().remove(uid);
     }
 
-    fn trace_parents(&self) -> std::sync::MutexGuard<'_, HashMap<String, opentelemetry::Context>> {
+    fn trace_parents(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, (opentelemetry::Context, std::time::Instant)>>
+    {
         self.trace_parents.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -216,15 +222,21 @@ impl ProbeManager {
             return;
         };
         if self.pods().contains_key(uid) {
-            self.trace_parents().insert(uid.to_string(), cx);
+            self.trace_parents()
+                .insert(uid.to_string(), (cx, std::time::Instant::now()));
         }
     }
 
+    /// The trace a probe of the pod joins: its last start's, for [`PROBE_TRACE_WINDOW`] (a
+    /// probe that never succeeds must not grow one trace forever).
     fn trace_parent(&self, uid: &str) -> Option<opentelemetry::Context> {
         if !crate::telemetry::trace::enabled() {
             return None;
         }
-        self.trace_parents().get(uid).cloned()
+        self.trace_parents()
+            .get(uid)
+            .filter(|(_, at)| at.elapsed() < PROBE_TRACE_WINDOW)
+            .map(|(cx, _)| cx.clone())
     }
 
     /// The verdicts of these containers.
