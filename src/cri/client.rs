@@ -119,8 +119,6 @@ where
         rpc.service = service,
         rpc.method = op,
         rpc.grpc.status_code = Empty,
-        otel.status_code = Empty,
-        otel.status_description = Empty,
     );
     let traced = span.clone();
     async move {

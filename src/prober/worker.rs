@@ -301,8 +301,6 @@ impl Worker {
             probe.type = self.kind.name(),
             k8s.container.name = container,
             probe.result = tracing::field::Empty,
-            otel.status_code = tracing::field::Empty,
-            otel.status_description = tracing::field::Empty,
         );
         crate::telemetry::trace::propagate::set_parent(&span, parent);
         span

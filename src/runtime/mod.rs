@@ -426,8 +426,6 @@ impl RuntimeManager {
             target: TARGET,
             "createPodSandbox",
             attempt,
-            otel.status_code = Empty,
-            otel.status_description = Empty,
         );
         let created = self
             .create_sandbox_untraced(pod, attempt)
@@ -508,8 +506,6 @@ impl RuntimeManager {
             "startContainer",
             k8s.container.name = %container.name,
             k8s.container.restart_count = start.restart_count,
-            otel.status_code = Empty,
-            otel.status_description = Empty,
         );
         let traced = span.clone();
         async {
@@ -593,8 +589,6 @@ impl RuntimeManager {
             "pullImage",
             container.image.name = image,
             pulled = Empty,
-            otel.status_code = Empty,
-            otel.status_description = Empty,
         );
         let ensured = self
             .images

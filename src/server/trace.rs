@@ -30,15 +30,13 @@ pub async fn span(req: Request, next: Next) -> Response {
         http.target = req.uri().path(),
         http.scheme = "https",
         http.status_code = Empty,
-        otel.status_code = Empty,
-        otel.status_description = Empty,
     );
     propagate::set_parent(&span, propagate::extract(req.headers()));
     let response = next.run(req).instrument(span.clone()).await;
     let status = response.status();
     span.record("http.status_code", status.as_u16());
     if status.is_server_error() {
-        span.record("otel.status_code", "error");
+        trace::set_failed(&span, status.as_str());
     }
     response
 }

@@ -3,69 +3,53 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use tracing::Span;
-use tracing::field::Empty;
 
-use crate::telemetry::trace::TARGET;
+use crate::telemetry::trace::{TARGET, set_attributes};
 
-struct PodRef<'a> {
-    uid: &'a str,
-    name: &'a str,
-    namespace: &'a str,
-}
-
-fn pod_ref(pod: &Pod) -> PodRef<'_> {
-    PodRef {
-        uid: pod.metadata.uid.as_deref().unwrap_or_default(),
-        name: pod.metadata.name.as_deref().unwrap_or_default(),
-        namespace: pod.metadata.namespace.as_deref().unwrap_or_default(),
+/// upstream's pod attributes: `k8s.pod.uid`, `k8s.pod` (namespace/name), `k8s.pod.name`,
+/// `k8s.namespace.name`.
+fn with_pod(span: Span, pod: &Pod) -> Span {
+    if !crate::telemetry::trace::enabled() {
+        return span;
     }
+    let meta = &pod.metadata;
+    let name = meta.name.as_deref().unwrap_or_default();
+    let namespace = meta.namespace.as_deref().unwrap_or_default();
+    set_attributes(
+        &span,
+        [
+            ("k8s.pod.uid", meta.uid.as_deref().unwrap_or_default()),
+            ("k8s.pod", &format!("{namespace}/{name}")),
+            ("k8s.pod.name", name),
+            ("k8s.namespace.name", namespace),
+        ],
+    );
+    span
 }
 
 /// `syncPod`; `update_type` is create, update or sync.
 pub fn sync_pod(pod: &Pod, update_type: &'static str) -> Span {
-    let p = pod_ref(pod);
-    tracing::info_span!(
+    let span = tracing::info_span!(
         target: TARGET,
         parent: None,
         "syncPod",
-        k8s.pod.uid = p.uid,
-        k8s.pod = %format_args!("{}/{}", p.namespace, p.name),
-        k8s.pod.name = p.name,
-        k8s.namespace.name = p.namespace,
-        k8s.pod.update_type = update_type,
-        otel.status_code = Empty,
-        otel.status_description = Empty,
-    )
+        k8s.pod.update_type = update_type
+    );
+    with_pod(span, pod)
 }
 
 /// `syncTerminatingPod`: stopping the pod's containers.
 pub fn sync_terminating_pod(pod: &Pod) -> Span {
-    let p = pod_ref(pod);
-    tracing::info_span!(
-        target: TARGET,
-        parent: None,
-        "syncTerminatingPod",
-        k8s.pod.uid = p.uid,
-        k8s.pod = %format_args!("{}/{}", p.namespace, p.name),
-        k8s.pod.name = p.name,
-        k8s.namespace.name = p.namespace,
-        otel.status_code = Empty,
-        otel.status_description = Empty,
+    with_pod(
+        tracing::info_span!(target: TARGET, parent: None, "syncTerminatingPod"),
+        pod,
     )
 }
 
 /// `syncTerminatedPod`: removing what is left of a stopped pod.
 pub fn sync_terminated_pod(pod: &Pod) -> Span {
-    let p = pod_ref(pod);
-    tracing::info_span!(
-        target: TARGET,
-        parent: None,
-        "syncTerminatedPod",
-        k8s.pod.uid = p.uid,
-        k8s.pod = %format_args!("{}/{}", p.namespace, p.name),
-        k8s.pod.name = p.name,
-        k8s.namespace.name = p.namespace,
-        otel.status_code = Empty,
-        otel.status_description = Empty,
+    with_pod(
+        tracing::info_span!(target: TARGET, parent: None, "syncTerminatedPod"),
+        pod,
     )
 }

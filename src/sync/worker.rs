@@ -331,8 +331,6 @@ async fn sync_running(
             target: crate::telemetry::trace::TARGET,
             "setupVolumes",
             k8s.pod.volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).map_or(0, Vec::len),
-            otel.status_code = tracing::field::Empty,
-            otel.status_description = tracing::field::Empty,
         );
         // Boxed: both futures are large, and the worker's own future must stay small enough
         // to be moved onto the heap when it is spawned.

@@ -20,6 +20,7 @@ use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use tokio_util::sync::CancellationToken;
 use tracing::Span;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::Layer;
 use tracing_subscriber::registry::LookupSpan;
 
@@ -39,8 +40,7 @@ pub fn record_error(span: &Span, err: &dyn std::fmt::Display) {
         return;
     }
     let message = err.to_string();
-    span.record("otel.status_code", "error");
-    span.record("otel.status_description", message.as_str());
+    set_failed(span, &message);
     tracing::event!(
         target: TARGET,
         parent: span,
@@ -48,6 +48,22 @@ pub fn record_error(span: &Span, err: &dyn std::fmt::Display) {
         exception.message = message.as_str(),
         "exception"
     );
+}
+
+/// Sets the span's status to Error with `description`.
+pub fn set_failed(span: &Span, description: &str) {
+    if enabled() {
+        span.set_status(opentelemetry::trace::Status::error(description.to_string()));
+    }
+}
+
+/// Sets attributes on an exported span (no work while tracing is off).
+pub fn set_attributes<const N: usize>(span: &Span, attributes: [(&'static str, &str); N]) {
+    if enabled() {
+        for (key, value) in attributes {
+            span.set_attribute(key, value.to_string());
+        }
+    }
 }
 
 /// Dialling the collector; export calls have their own bound (see `export`).
