@@ -120,22 +120,6 @@ upstream_tree() {
 	printf '%s\n' "$tree"
 }
 
-# shared_objects FILE: the absolute paths of the shared objects FILE loads, the loader included
-# (nothing for a static binary).
-shared_objects() {
-	ldd "$1" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' ||
-		true
-}
-
-# closure FILE...: the FILEs and every shared object they load, one a line.
-closure() {
-	local f
-	for f in "$@"; do
-		printf '%s\n' "$f"
-		shared_objects "$f"
-	done | sort -u
-}
-
 # image_key NAME FILE...: the cache key of image NAME built from FILEs by this recipe.
 image_key() {
 	local name="$1" f
@@ -147,19 +131,6 @@ image_key() {
 }
 
 # --- staging helpers -----------------------------------------------------------------------------
-
-# copy_host_binary STAGE SRC DEST: this machine's SRC as DEST in the image, and every shared object
-# it loads at the path the loader looks for it (the image has no ld.so.cache: the loader then
-# searches its default folders, which hold these paths).
-copy_host_binary() {
-	local stage="$1" src="$2" dest="$3" lib real
-	install -D -m 0755 "$(readlink -f "$src")" "$stage$dest"
-	while read -r lib; do
-		[[ -e "$stage$lib" ]] && continue
-		real="$(readlink -f "$lib")"
-		install -D -m "$(stat -c %a "$real")" "$real" "$stage$lib"
-	done < <(shared_objects "$src")
-}
 
 # glibc tools resolve names through NSS: files first (/etc/hosts), then DNS, as Debian does.
 stage_nsswitch() {

@@ -34,32 +34,6 @@ UPSTREAM_BIN="${KRS_UPSTREAM_CACHE:-/var/cache/kubelet-rs/upstream}/bin"
 XTABLES_MULTI=/usr/sbin/xtables-nft-multi
 XTABLES_LIBDIR="/usr/lib/$(gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu)/xtables"
 
-# shared_objects FILE: the absolute paths of the shared objects FILE loads, the loader included.
-shared_objects() {
-	ldd "$1" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' ||
-		true
-}
-
-closure() {
-	local f
-	for f in "$@"; do
-		printf '%s\n' "$f"
-		shared_objects "$f"
-	done | sort -u
-}
-
-# copy_host_binary STAGE SRC DEST: SRC as DEST in the image, with every shared object it loads at
-# the path the loader looks for it (as e2e/images.sh does).
-copy_host_binary() {
-	local stage="$1" src="$2" dest="$3" lib real
-	install -D -m 0755 "$(readlink -f "$src")" "$stage$dest"
-	while read -r lib; do
-		[[ -e "$stage$lib" ]] && continue
-		real="$(readlink -f "$lib")"
-		install -D -m "$(stat -c %a "$real")" "$real" "$stage$lib"
-	done < <(shared_objects "$src")
-}
-
 stage_component() {
 	stage_busybox "$1"
 	install -D -m 0755 "$UPSTREAM_BIN/$2" "$1/usr/local/bin/$2"

@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Helpers to build test images as OCI tarballs (oci_image.py, no docker, no registry) and import
 # them into a test-bed containerd. Sourced after lib.sh and krs_instance_vars, never run.
-# Used by hack/testbed/images.sh (pause, busybox) and e2e/images.sh (the e2e suite's images).
+# Used by hack/testbed/images.sh (pause, busybox), e2e/images.sh (the e2e suite's images) and
+# e2e/kubeadm/images.sh (kubeadm's control-plane images).
 
 KRS_IMAGE_NAMESPACE="k8s.io"
 KRS_IMAGE_CACHE="$KRS_CACHE_DIR/images"
@@ -10,6 +11,35 @@ KRS_IMAGE_LIB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ctr_() { timeout 120 ctr --address "$KRS_I_SOCK" -n "$KRS_IMAGE_NAMESPACE" "$@"; }
 
 sha256_of() { sha256sum "$@" | cut -d' ' -f1; }
+
+# shared_objects FILE: the absolute paths of the shared objects FILE loads, the loader included
+# (nothing for a static binary).
+shared_objects() {
+	ldd "$1" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' ||
+		true
+}
+
+# closure FILE...: the FILEs and every shared object they load, one a line.
+closure() {
+	local f
+	for f in "$@"; do
+		printf '%s\n' "$f"
+		shared_objects "$f"
+	done | sort -u
+}
+
+# copy_host_binary STAGE SRC DEST: this machine's SRC as DEST in the image, and every shared object
+# it loads at the path the loader looks for it (the image has no ld.so.cache: the loader then
+# searches its default folders, which hold these paths).
+copy_host_binary() {
+	local stage="$1" src="$2" dest="$3" lib real
+	install -D -m 0755 "$(readlink -f "$src")" "$stage$dest"
+	while read -r lib; do
+		[[ -e "$stage$lib" ]] && continue
+		real="$(readlink -f "$lib")"
+		install -D -m "$(stat -c %a "$real")" "$real" "$stage$lib"
+	done < <(shared_objects "$src")
+}
 
 # krs_image_recipe FILE...: a hash of the files that say how images are made (this library,
 # oci_image.py and the caller's FILEs); any change to them invalidates every cached tarball.
