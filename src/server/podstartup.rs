@@ -13,11 +13,7 @@ pub async fn list() -> Response {
 }
 
 pub async fn one(Path((namespace, name)): Path<(String, String)>) -> Response {
-    let found = crate::startup::tracker()
-        .reports()
-        .into_iter()
-        .rev()
-        .find(|r| r.namespace == namespace && r.name == name);
+    let found = crate::startup::tracker().report(&namespace, &name);
     match found {
         Some(r) => Json(r).into_response(),
         None => (

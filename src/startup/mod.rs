@@ -284,6 +284,9 @@ impl Tracker {
         let mut observe = None;
         let mut log = None;
         self.with(uid(pod), |p| {
+            if p.at(Phase::Ready).is_some() {
+                return;
+            }
             if all_running(pod, status) && p.mark(Phase::Running, now) && p.counted {
                 observe = p.durations();
             }
@@ -311,6 +314,15 @@ impl Tracker {
     /// The pod is gone: its record goes too.
     pub fn forget(&self, uid: &str) {
         self.pods().remove(uid);
+    }
+
+    /// The breakdown of the newest tracked pod with this name.
+    pub fn report(&self, namespace: &str, name: &str) -> Option<PodStartupReport> {
+        let pods = self.pods();
+        pods.values()
+            .filter(|p| p.namespace == namespace && p.name == name)
+            .max_by_key(|p| p.phases.first().map(|(_, t)| *t))
+            .map(PodStartupReport::from)
     }
 
     /// Every tracked pod's breakdown, oldest first.

@@ -34,6 +34,16 @@ pub const TARGET: &str = "kubelet::trace";
 /// upstream's instrumentation scope for the kubelet's own spans.
 const SCOPE: &str = "k8s.io/kubernetes/pkg/kubelet";
 
+/// Dialling the collector; export calls have their own bound (see `export`).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Whether spans are exported (a `tracing` block was given).
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
 /// Marks the span failed with the error, as upstream's RecordError and SetStatus do.
 pub fn record_error(span: &Span, err: &dyn std::fmt::Display) {
     if !enabled() {
@@ -64,16 +74,6 @@ pub fn set_attributes<const N: usize>(span: &Span, attributes: [(&'static str, &
             span.set_attribute(key, value.to_string());
         }
     }
-}
-
-/// Dialling the collector; export calls have their own bound (see `export`).
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-static ENABLED: AtomicBool = AtomicBool::new(false);
-
-/// Whether spans are exported (a `tracing` block was given).
-pub fn enabled() -> bool {
-    ENABLED.load(Ordering::Relaxed)
 }
 
 /// Why traces cannot be exported as configured.
