@@ -103,7 +103,9 @@ impl Kubelet {
             log_path: dir.path().join("kubelet.log"),
             manifests,
             root_dir,
-            cgroup_root: "/krs-it".into(),
+            // Two test runs on one machine need separate cgroup roots (each kubelet removes pod
+            // cgroups it does not know), as they need separate containerds.
+            cgroup_root: std::env::var("KRS_IT_CGROUP_ROOT").unwrap_or_else(|_| "/krs-it".into()),
             healthz_port: free_port(),
             ro_port: free_port(),
             port: free_port(),
