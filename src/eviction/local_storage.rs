@@ -52,6 +52,7 @@ pub fn empty_dir_verdict(dirs: &[LimitedDir], used: &[Option<u64>]) -> Option<Po
                 "Usage of EmptyDir volume {:?} exceeds the limit {:?}. ",
                 d.volume, d.limit_text
             ),
+            disruption: false,
         })
 }
 

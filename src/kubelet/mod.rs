@@ -65,6 +65,9 @@ pub enum KubeletError {
     /// The pod-resources socket could not be bound.
     #[error(transparent)]
     PodResources(#[from] podresources::PodResourcesError),
+    /// The eviction thresholds cannot be parsed.
+    #[error("eviction settings: {0}")]
+    Eviction(String),
     /// A setting this version cannot honour.
     #[error("{0} is not supported by this version of kubelet-rs")]
     Unsupported(String),
@@ -129,11 +132,25 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         .with_api_client(api.clone()),
     );
     let status = status::spawn(api.as_ref(), &node_name, &mut tasks, &cancel);
-    let (kills, evictions) = eviction::queue();
-    eviction::spawn(
+    let stats = Arc::new(stats::StatsProvider::new(
+        cri.clone(),
+        cgroups.clone(),
         status.clone(),
         root_dir.clone(),
-        events.clone(),
+        node_name.clone(),
+    ));
+    let (kills, evictions) = eviction::queue();
+    let pressure = eviction::spawn(
+        eviction::EvictionSettings::from_settings(&settings).map_err(KubeletError::Eviction)?,
+        eviction::EvictionDeps {
+            status: status.clone(),
+            root_dir: root_dir.clone(),
+            events: events.clone(),
+            node_name: node_name.clone(),
+            cri: cri.clone(),
+            cgroups: cgroups.clone(),
+            stats: stats.clone(),
+        },
         kills.clone(),
         &mut tasks,
         &cancel,
@@ -188,6 +205,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
                 )),
                 node_labels,
                 shutting_down: shutting_down.clone(),
+                pressure: pressure.clone(),
             })
         }
         None => sync_loop,
@@ -213,6 +231,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
             pleg: health,
             events,
             shutting_down,
+            pressure,
             addresses: Arc::new(tokio::sync::watch::channel(Vec::new()).0),
         };
         let addresses = node::spawn(ctx, &mut tasks, &cancel);
@@ -235,13 +254,6 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
 
     // The servers, which only read.
     crate::metrics::kubelet().node_name.set(&[&node_name], 1.0);
-    let stats = Arc::new(stats::StatsProvider::new(
-        cri.clone(),
-        cgroups,
-        status.clone(),
-        root_dir.clone(),
-        node_name.clone(),
-    ));
     stats.spawn_sampler(&mut tasks, &cancel);
     let service = podresources::PodResourcesService::new(
         status.clone(),

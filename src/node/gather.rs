@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{ContainerImage, NodeRuntimeHandler};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use super::build::{self, Pressure, StatusInputs};
+use super::build::{self, StatusInputs};
 use super::{NodeContext, NodeError, cri_call};
 use crate::cli::duration::format_go_duration;
 use crate::cri::api;
@@ -171,7 +171,7 @@ pub async fn gather(
         images: tracker.images.clone(),
         runtime_handlers: tracker.handlers.clone(),
         ready_errors,
-        pressure: Pressure::default(),
+        pressure: *ctx.pressure.borrow(),
     })
 }
 

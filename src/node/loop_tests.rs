@@ -48,6 +48,7 @@ fn context(client: kube::Client, cri: &FakeCri, settings: NodeSettings) -> NodeC
         pleg: Arc::new(PlegHealth::default()),
         events: Default::default(),
         shutting_down: tokio::sync::watch::channel(false).1,
+        pressure: tokio::sync::watch::channel(Default::default()).1,
         addresses: Arc::new(tokio::sync::watch::channel(Vec::new()).0),
     }
 }

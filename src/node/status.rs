@@ -154,6 +154,7 @@ pub async fn run_status_loop(
     let mut last_report: Option<Instant> = None;
     let mut announced = None;
     let mut shutting_down = ctx.shutting_down.clone();
+    let mut pressure = ctx.pressure.clone();
     loop {
         if let Err(NodeError::Cancelled) =
             sync_status(ctx, &mut tracker, &mut last_report, &mut announced, cancel).await
@@ -161,11 +162,13 @@ pub async fn run_status_loop(
             return;
         }
         // A shutdown (or its cancellation) is reported at once, as upstream syncs the node
-        // status when logind announces one.
+        // status when logind announces one; so is a pressure condition turning on or off
+        // (upstream waits for the next period), so the scheduler's taint follows sooner.
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(period) => {}
             Ok(()) = shutting_down.changed() => {}
+            Ok(()) = pressure.changed() => {}
         }
     }
 }

@@ -224,6 +224,7 @@ impl Manager {
                     failure: PodFailure {
                         reason: REASON.into(),
                         message: MESSAGE.into(),
+                        disruption: true,
                     },
                     grace,
                 };

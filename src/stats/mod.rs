@@ -14,7 +14,7 @@ pub mod cgroup;
 mod collect;
 pub mod exposition;
 pub mod fs;
-mod local;
+pub mod local;
 pub mod procfs;
 pub mod rate;
 mod runtime;

@@ -35,6 +35,9 @@ pub struct PodStatusInput<'a> {
 pub struct PodFailure {
     pub reason: String,
     pub message: String,
+    /// The kubelet ended the pod to protect the node (pressure eviction, node shutdown):
+    /// the status gets upstream's `DisruptionTarget` condition with the message.
+    pub disruption: bool,
 }
 
 fn time(t: SystemTime) -> Option<Time> {
@@ -363,6 +366,15 @@ pub fn generate_pod_status(input: &PodStatusInput<'_>) -> PodStatus {
         condition("ContainersReady", ready, ready_reason, ready_msg, &now),
         condition("PodScheduled", true, None, None, &now),
     ];
+    if let Some(f) = input.failure.filter(|f| f.disruption) {
+        conditions.push(condition(
+            "DisruptionTarget",
+            true,
+            Some("TerminationByKubelet"),
+            Some(f.message.clone()),
+            &now,
+        ));
+    }
     // Conditions other writers own (readiness gates, DisruptionTarget, ...) are kept: the
     // status patch replaces the whole list.
     let ours: Vec<String> = conditions.iter().map(|c| c.type_.clone()).collect();

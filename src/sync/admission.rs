@@ -137,6 +137,50 @@ pub fn admit_during_shutdown(shutting_down: bool) -> Result<(), Rejection> {
     Ok(())
 }
 
+/// Under node pressure only critical pods are admitted, except that memory pressure alone
+/// still admits pods that request memory (not BestEffort) and BestEffort pods tolerating the
+/// memory-pressure taint (upstream's eviction admit handler).
+pub fn admit_under_pressure(
+    pod: &Pod,
+    pressure: &crate::node::build::Pressure,
+) -> Result<(), Rejection> {
+    let names: Vec<&str> = [
+        (pressure.memory, "MemoryPressure"),
+        (pressure.disk, "DiskPressure"),
+        (pressure.pid, "PIDPressure"),
+    ]
+    .into_iter()
+    .filter_map(|(on, name)| on.then_some(name))
+    .collect();
+    if names.is_empty() || crate::eviction::is_critical(pod) {
+        return Ok(());
+    }
+    if names == ["MemoryPressure"] {
+        let spec = pod.spec.clone().unwrap_or_default();
+        let best_effort = crate::cm::qos::qos_class(&spec) == crate::cm::qos::QosClass::BestEffort;
+        let tolerates = spec.tolerations.iter().flatten().any(|t| {
+            let key_ok = match t.key.as_deref() {
+                None | Some("") => t.operator.as_deref() == Some("Exists"),
+                Some(k) => k == MEMORY_PRESSURE_TAINT,
+            };
+            let effect_ok = matches!(t.effect.as_deref(), None | Some("") | Some("NoSchedule"));
+            let value_ok = t.operator.as_deref() == Some("Exists")
+                || t.value.as_deref().unwrap_or_default().is_empty();
+            key_ok && effect_ok && value_ok
+        });
+        if !best_effort || tolerates {
+            return Ok(());
+        }
+    }
+    reject(
+        crate::eviction::rank::REASON,
+        format!("The node had condition: [{}]. ", names.join(" ")),
+    )
+}
+
+/// The taint the node lifecycle controller puts on a node with MemoryPressure.
+const MEMORY_PRESSURE_TAINT: &str = "node.kubernetes.io/memory-pressure";
+
 /// Checks `pod` against the node and the pods already admitted.
 pub fn admit<'a>(
     pod: &Pod,
@@ -267,6 +311,46 @@ mod tests {
                 .unwrap_err()
                 .reason,
             "NodeAffinity"
+        );
+    }
+
+    #[test]
+    fn pressure_admits_only_what_upstream_admits() {
+        use crate::node::build::Pressure;
+        let memory = Pressure {
+            memory: true,
+            ..Default::default()
+        };
+        let best_effort = Pod {
+            spec: Some(PodSpec {
+                containers: vec![Container::default()],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(admit_under_pressure(&best_effort, &Pressure::default()).is_ok());
+        let r = admit_under_pressure(&best_effort, &memory).unwrap_err();
+        assert_eq!(r.reason, "Evicted");
+        assert_eq!(r.message, "The node had condition: [MemoryPressure]. ");
+        assert!(admit_under_pressure(&pod("1m", "1Mi", None), &memory).is_ok());
+        let mut tolerant = best_effort.clone();
+        tolerant.spec.as_mut().unwrap().tolerations =
+            Some(vec![k8s_openapi::api::core::v1::Toleration {
+                key: Some(MEMORY_PRESSURE_TAINT.into()),
+                operator: Some("Exists".into()),
+                effect: Some("NoSchedule".into()),
+                ..Default::default()
+            }]);
+        assert!(admit_under_pressure(&tolerant, &memory).is_ok());
+        let disk = Pressure {
+            disk: true,
+            memory: true,
+            ..Default::default()
+        };
+        let r = admit_under_pressure(&pod("1m", "1Mi", None), &disk).unwrap_err();
+        assert_eq!(
+            r.message,
+            "The node had condition: [MemoryPressure DiskPressure]. "
         );
     }
 

@@ -43,6 +43,7 @@ pub fn check(pod: &Pod, first_seen: SystemTime, now: SystemTime) -> Verdict {
         _ => Verdict::Exceeded(PodFailure {
             reason: REASON.into(),
             message: MESSAGE.into(),
+            disruption: false,
         }),
     }
 }

@@ -60,6 +60,8 @@ pub struct Admission {
     pub node_labels: watch::Receiver<std::collections::BTreeMap<String, String>>,
     /// True while the node shutdown manager handles a shutdown.
     pub shutting_down: watch::Receiver<bool>,
+    /// The node conditions the eviction manager reports.
+    pub pressure: watch::Receiver<crate::node::build::Pressure>,
 }
 
 pub struct SyncLoopInputs {
@@ -256,7 +258,8 @@ impl SyncLoop {
             &adm.allocatable,
             &node_labels,
         )
-        .and_then(|()| admission::admit_during_shutdown(*adm.shutting_down.borrow()));
+        .and_then(|()| admission::admit_during_shutdown(*adm.shutting_down.borrow()))
+        .and_then(|()| admission::admit_under_pressure(pod, &adm.pressure.borrow()));
         let Err(rejection) = verdict else {
             return true;
         };

@@ -213,6 +213,7 @@ async fn an_evicted_pod_fails_and_its_containers_stop_for_good() {
         failure: crate::status::PodFailure {
             reason: "Evicted".into(),
             message: "Usage of EmptyDir volume \"v\" exceeds the limit \"1Mi\". ".into(),
+            disruption: false,
         },
         grace: 1,
     };

@@ -90,6 +90,25 @@ pub struct Kubelet {
     runs: u32,
 }
 
+/// This machine's disk is often more than 85 % full (builds, other tests): upstream's default
+/// thresholds would put every test node under disk pressure and let image GC delete imported
+/// images nothing can pull again. The test bed's settings (as e2e/run.sh's) apply unless the
+/// test sets the flag itself.
+fn testbed_defaults(extra: &[&str]) -> Vec<String> {
+    [
+        "--eviction-hard=memory.available<100Mi,nodefs.available<1%,imagefs.available<1%",
+        "--image-gc-high-threshold=100",
+        "--image-gc-low-threshold=99",
+    ]
+    .into_iter()
+    .filter(|d| {
+        let flag = d.split('=').next().unwrap_or_default();
+        !extra.iter().any(|e| e.split('=').next() == Some(flag))
+    })
+    .map(String::from)
+    .collect()
+}
+
 impl Kubelet {
     pub fn new(test: &str) -> Self {
         let dir = tempfile::Builder::new()
@@ -156,6 +175,7 @@ impl Kubelet {
                 "--fail-swap-on=false",
                 "--v=3",
             ])
+            .args(testbed_defaults(extra))
             .args(extra)
             .stdout(log.try_clone().unwrap())
             .stderr(log)

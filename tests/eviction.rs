@@ -1,0 +1,275 @@
+//! Memory-pressure eviction on the real bed, through the API (static pods are critical and
+//! never evicted). The pods' cgroup is limited to 500Mi (system-reserved = the rest of the
+//! machine) and `memory.available<436Mi` applies to it as `allocatableMemory.available`, so
+//! the test does not depend on what else the machine runs. Three pods wait for a file on a
+//! hostPath, then hold memory (a `dd` whose 100M buffer stays resident while it blocks on a
+//! pipe nobody reads): BestEffort 100Mi, Burstable 100Mi (requests 10Mi), Guaranteed 20Mi
+//! (40Mi). Pressure (~220Mi + base in use, ~280Mi free) evicts the BestEffort pod, then the
+//! Burstable one (still ~380Mi free), and stops before the Guaranteed one (~480Mi free).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+
+const NODE_NAME: &str = "krs-evict-node";
+const LIMIT_MIB: u64 = 500;
+const THRESHOLD_MIB: u64 = 436;
+
+fn mem_total() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kb: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("MemTotal");
+    kb * 1024
+}
+
+fn pod(name: &str, go_dir: &str, fill_mib: u64, resources: serde_json::Value) -> Pod {
+    let script = format!(
+        "while [ ! -e /go/now ]; do sleep 0.1; done; dd if=/dev/zero bs={fill_mib}M count=1 | sleep 3600"
+    );
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": NODE_NAME,
+            "terminationGracePeriodSeconds": 1,
+            "volumes": [{"name": "go", "hostPath": {"path": go_dir}}],
+            "containers": [{
+                "name": "fill",
+                "image": BUSYBOX,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", script],
+                "volumeMounts": [{"name": "go", "mountPath": "/go"}],
+                "resources": resources,
+            }],
+        },
+    }))
+    .unwrap()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn node_condition(node: &Node, type_: &str) -> Option<String> {
+    node.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.clone())
+}
+
+#[test]
+fn memory_pressure_evicts_best_effort_then_burstable_and_clears() {
+    let _guard = serial();
+    runtime().block_on(memory_pressure());
+}
+
+async fn memory_pressure() {
+    let client = admin_client().await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let nodes: Api<Node> = Api::all(client.clone());
+    let names = [
+        "krs-evict-be",
+        "krs-evict-bu",
+        "krs-evict-g",
+        "krs-evict-late",
+    ];
+    let now = DeleteParams::default().grace_period(0);
+    for p in names {
+        let _ = pods.delete(p, &now).await;
+    }
+    let mut k = Kubelet::new("eviction");
+    let go = k.dir.path().join("go");
+    std::fs::create_dir_all(&go).unwrap();
+    let go_dir = go.to_string_lossy().to_string();
+    let reserved = mem_total() - (LIMIT_MIB << 20);
+    k.cgroup_root = "/krs-it-evict".into();
+    k.start_as_node(
+        NODE_NAME,
+        &[
+            &format!("--system-reserved=memory={reserved}"),
+            "--enforce-node-allocatable=pods",
+            &format!(
+                "--eviction-hard=memory.available<{THRESHOLD_MIB}Mi,nodefs.available<1%,imagefs.available<1%"
+            ),
+            "--eviction-pressure-transition-period=15s",
+        ],
+    );
+
+    let requests = |mem: &str| json!({"requests": {"memory": mem}});
+    let guaranteed = json!({
+        "requests": {"memory": "40Mi", "cpu": "100m"},
+        "limits": {"memory": "40Mi", "cpu": "100m"},
+    });
+    for p in [
+        pod("krs-evict-be", &go_dir, 100, json!({})),
+        pod("krs-evict-bu", &go_dir, 100, requests("10Mi")),
+        pod("krs-evict-g", &go_dir, 20, guaranteed),
+    ] {
+        pods.create(&PostParams::default(), &p).await.unwrap();
+    }
+    for name in &names[..3] {
+        wait_async(Duration::from_secs(90), &format!("{name} running"), || {
+            let pods = pods.clone();
+            async move {
+                let p = pods.get(name).await.ok()?;
+                (p.status?.phase.as_deref() == Some("Running")).then_some(())
+            }
+        })
+        .await;
+    }
+    let node = nodes.get(NODE_NAME).await.unwrap();
+    assert_eq!(
+        node_condition(&node, "MemoryPressure").as_deref(),
+        Some("False")
+    );
+
+    // Cross the threshold; record the order the pods fail in.
+    let crossed = Instant::now();
+    std::fs::write(go.join("now"), "").unwrap();
+    let mut failed: Vec<(String, Duration)> = Vec::new();
+    let mut saw_pressure = false;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while failed.len() < 2 && Instant::now() < deadline {
+        for name in &names[..3] {
+            if failed.iter().any(|(n, _)| n == name) {
+                continue;
+            }
+            if let Ok(p) = pods.get(name).await
+                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
+            {
+                failed.push((name.to_string(), crossed.elapsed()));
+            }
+        }
+        if let Ok(n) = nodes.get(NODE_NAME).await {
+            saw_pressure |= node_condition(&n, "MemoryPressure").as_deref() == Some("True");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("failed in order: {failed:?}");
+    let order: Vec<&str> = failed.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        order,
+        ["krs-evict-be", "krs-evict-bu"],
+        "log:\n{}",
+        tail(&k.log(), 80)
+    );
+    assert!(saw_pressure, "MemoryPressure never True");
+    eprintln!(
+        "threshold crossed to first eviction observed through the API: {:?}",
+        failed[0].1
+    );
+
+    // The evicted pod's status, as upstream reports it.
+    let be = pods.get("krs-evict-be").await.unwrap();
+    let st = be.status.unwrap();
+    assert_eq!(st.reason.as_deref(), Some("Evicted"));
+    let msg = st.message.unwrap_or_default();
+    assert!(
+        msg.starts_with(&format!(
+            "The node was low on resource: memory. Threshold quantity: {THRESHOLD_MIB}Mi, available: "
+        )),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("Container fill was using ")
+            && msg.ends_with("request is 0, has larger consumption of memory. "),
+        "{msg}"
+    );
+    let disruption = st
+        .conditions
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "DisruptionTarget")
+        .expect("DisruptionTarget condition");
+    assert_eq!(disruption.reason.as_deref(), Some("TerminationByKubelet"));
+
+    // While the condition holds, a BestEffort pod is refused; the Guaranteed pod keeps running.
+    pods.create(
+        &PostParams::default(),
+        &pod("krs-evict-late", &go_dir, 1, json!({})),
+    )
+    .await
+    .unwrap();
+    let late = wait_async(Duration::from_secs(30), "the late pod rejected", || {
+        let pods = pods.clone();
+        async move {
+            let s = pods.get("krs-evict-late").await.ok()?.status?;
+            (s.phase.as_deref() == Some("Failed")).then_some(s)
+        }
+    })
+    .await;
+    assert_eq!(late.reason.as_deref(), Some("Evicted"));
+    assert_eq!(
+        late.message.as_deref(),
+        Some("Pod was rejected: The node had condition: [MemoryPressure]. ")
+    );
+    let g = pods.get("krs-evict-g").await.unwrap();
+    assert_eq!(g.status.unwrap().phase.as_deref(), Some("Running"));
+
+    // The controller taints the node while the condition holds; both go after the
+    // transition period.
+    wait_async(Duration::from_secs(30), "the memory-pressure taint", || {
+        let nodes = nodes.clone();
+        async move {
+            let n = nodes.get(NODE_NAME).await.ok()?;
+            n.spec?
+                .taints?
+                .iter()
+                .any(|t| t.key == "node.kubernetes.io/memory-pressure")
+                .then_some(())
+        }
+    })
+    .await;
+    wait_async(
+        Duration::from_secs(60),
+        "MemoryPressure False again",
+        || {
+            let nodes = nodes.clone();
+            async move {
+                let n = nodes.get(NODE_NAME).await.ok()?;
+                (node_condition(&n, "MemoryPressure").as_deref() == Some("False")).then_some(())
+            }
+        },
+    )
+    .await;
+    let g = pods.get("krs-evict-g").await.unwrap();
+    assert_eq!(g.status.unwrap().phase.as_deref(), Some("Running"));
+    let log = k.log();
+    assert!(
+        log.contains("Eviction manager: pods ranked for eviction"),
+        "{}",
+        tail(&log, 40)
+    );
+    let (code, metrics) = https_get(k.port, "/metrics", &[]).expect("/metrics");
+    assert_eq!(code, 200);
+    assert!(
+        metrics.contains("kubelet_evictions{eviction_signal=\"allocatableMemory.available\"} 2"),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("evictions"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+
+    for p in names {
+        let _ = pods.delete(p, &now).await;
+    }
+    k.stop();
+    k.cleanup();
+}
