@@ -273,3 +273,154 @@ async fn memory_pressure() {
     k.stop();
     k.cleanup();
 }
+
+/// Disk pressure on a node whose root directory is a 128Mi tmpfs of the test's own:
+/// `nodefs.available<90Mi` watches it, images stay on the machine's disk (so nodefs is not the
+/// image filesystem and its pods rank by what their logs and local volumes hold). Three pods
+/// write to an emptyDir once released: BestEffort 40Mi, Burstable 40Mi (requests 10Mi of
+/// ephemeral-storage), Guaranteed 10Mi (requests 20Mi). The BestEffort pod goes first (most
+/// above its request), then the Burstable one; then enough is free again.
+#[test]
+fn disk_pressure_evicts_by_usage_above_requests_and_clears() {
+    let _guard = serial();
+    runtime().block_on(disk_pressure());
+}
+
+fn writer(name: &str, go_dir: &str, write_mib: u64, resources: serde_json::Value) -> Pod {
+    let script = format!(
+        "while [ ! -e /go/now ]; do sleep 0.1; done; dd if=/dev/zero of=/data/fill bs=1M count={write_mib}; sleep 3600"
+    );
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": DISK_NODE,
+            "terminationGracePeriodSeconds": 1,
+            "volumes": [
+                {"name": "go", "hostPath": {"path": go_dir}},
+                {"name": "data", "emptyDir": {}},
+            ],
+            "containers": [{
+                "name": "write",
+                "image": BUSYBOX,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", script],
+                "volumeMounts": [
+                    {"name": "go", "mountPath": "/go"},
+                    {"name": "data", "mountPath": "/data"},
+                ],
+                "resources": resources,
+            }],
+        },
+    }))
+    .unwrap()
+}
+
+const DISK_NODE: &str = "krs-evict-disk-node";
+
+async fn disk_pressure() {
+    let client = admin_client().await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let nodes: Api<Node> = Api::all(client.clone());
+    let names = ["krs-disk-be", "krs-disk-bu", "krs-disk-g"];
+    let now = DeleteParams::default().grace_period(0);
+    for p in names {
+        let _ = pods.delete(p, &now).await;
+    }
+    let mut k = Kubelet::new("eviction-disk");
+    let go = k.dir.path().join("go");
+    std::fs::create_dir_all(&go).unwrap();
+    let go_dir = go.to_string_lossy().to_string();
+    std::fs::create_dir_all(&k.root_dir).unwrap();
+    let root = k.root_dir.to_string_lossy().to_string();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=128m", "krs-evict-disk", &root])
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    k.cgroup_root = "/krs-it-evict".into();
+    k.start_as_node(
+        DISK_NODE,
+        &[
+            "--eviction-hard=nodefs.available<90Mi,imagefs.available<1%",
+            "--eviction-pressure-transition-period=10s",
+        ],
+    );
+
+    let eph = |req: &str| json!({"requests": {"ephemeral-storage": req}});
+    let guaranteed = json!({
+        "requests": {"memory": "20Mi", "cpu": "50m", "ephemeral-storage": "20Mi"},
+        "limits": {"memory": "20Mi", "cpu": "50m"},
+    });
+    for p in [
+        writer("krs-disk-be", &go_dir, 40, json!({})),
+        writer("krs-disk-bu", &go_dir, 40, eph("10Mi")),
+        writer("krs-disk-g", &go_dir, 10, guaranteed),
+    ] {
+        pods.create(&PostParams::default(), &p).await.unwrap();
+    }
+    for name in names {
+        wait_async(Duration::from_secs(90), &format!("{name} running"), || {
+            let pods = pods.clone();
+            async move {
+                let p = pods.get(name).await.ok()?;
+                (p.status?.phase.as_deref() == Some("Running")).then_some(())
+            }
+        })
+        .await;
+    }
+    std::fs::write(go.join("now"), "").unwrap();
+    let mut failed: Vec<String> = Vec::new();
+    let mut saw_pressure = false;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while failed.len() < 2 && Instant::now() < deadline {
+        for name in names {
+            if failed.iter().any(|n| n == name) {
+                continue;
+            }
+            if let Ok(p) = pods.get(name).await
+                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
+            {
+                failed.push(name.to_string());
+            }
+        }
+        if let Ok(n) = nodes.get(DISK_NODE).await {
+            saw_pressure |= node_condition(&n, "DiskPressure").as_deref() == Some("True");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        failed,
+        ["krs-disk-be", "krs-disk-bu"],
+        "log:\n{}",
+        tail(&k.log(), 80)
+    );
+    assert!(saw_pressure, "DiskPressure never True");
+    let be = pods.get("krs-disk-be").await.unwrap().status.unwrap();
+    assert_eq!(be.reason.as_deref(), Some("Evicted"));
+    let msg = be.message.unwrap_or_default();
+    assert!(
+        msg.starts_with(
+            "The node was low on resource: ephemeral-storage. Threshold quantity: 90Mi, available: "
+        ),
+        "{msg}"
+    );
+    wait_async(Duration::from_secs(60), "DiskPressure False again", || {
+        let nodes = nodes.clone();
+        async move {
+            let n = nodes.get(DISK_NODE).await.ok()?;
+            (node_condition(&n, "DiskPressure").as_deref() == Some("False")).then_some(())
+        }
+    })
+    .await;
+    let g = pods.get("krs-disk-g").await.unwrap();
+    assert_eq!(g.status.unwrap().phase.as_deref(), Some("Running"));
+
+    for p in names {
+        let _ = pods.delete(p, &now).await;
+    }
+    k.stop();
+    k.cleanup();
+    let _ = std::process::Command::new("umount")
+        .args(["-R", "-l", &root])
+        .status();
+}

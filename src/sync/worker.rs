@@ -154,6 +154,7 @@ async fn run(uid: String, inputs: Inputs, ctx: Arc<WorkerContext>, cancel: Cance
     let start_time = SystemTime::now();
     let mut failure: Option<Failed> = None;
     let mut timing = super::metrics::PodWorkerTracker::default();
+    let mut released = false;
     loop {
         let desired = desired_rx.borrow_and_update().clone();
         // Marked seen on every round, whatever is done with it, or the wait below would wake
@@ -186,7 +187,17 @@ async fn run(uid: String, inputs: Inputs, ctx: Arc<WorkerContext>, cancel: Cance
                     Ok(_) => {}
                 }
                 drop(span);
-                timing.end(timer, &pod, ctx.status.status(&uid).as_ref());
+                let status = ctx.status.status(&uid);
+                timing.end(timer, &pod, status.as_ref());
+                if !released
+                    && matches!(&result, Ok(o) if o.finished)
+                    && status.as_ref().is_some_and(crate::status::has_finished)
+                {
+                    match ctx.volumes.release(&uid).await {
+                        Ok(()) => released = true,
+                        Err(err) => warn!(%err, "Could not release the finished pod's volumes"),
+                    }
+                }
                 let changed_meanwhile =
                     matches!(&*desired_rx.borrow(), Desired::Run(p) if !Arc::ptr_eq(p, &pod));
                 match result {

@@ -373,6 +373,15 @@ impl VolumeManager {
         }
     }
 
+    /// Gives back what a finished pod's volumes hold (its containers are stopped for good).
+    pub async fn release(&self, uid: &str) -> Result<(), VolumeError> {
+        self.tokens.forget_pod(uid);
+        let dir = self.pod_dir(uid);
+        tokio::task::spawn_blocking(move || release_volumes(&dir))
+            .await
+            .map_err(|e| VolumeError::Blocking(e.to_string()))?
+    }
+
     /// Removes the pod's folder once its containers are gone.
     pub async fn teardown(&self, uid: &str) -> Result<(), VolumeError> {
         self.tokens.forget_pod(uid);
@@ -389,6 +398,30 @@ pub fn remove_pod_dir(pod_dir: &Path) -> Result<(), VolumeError> {
     if !pod_dir.exists() {
         return Ok(());
     }
+    unmount_ours(pod_dir)?;
+    std::fs::remove_dir_all(pod_dir).map_err(|source| VolumeError::Io {
+        path: pod_dir.to_path_buf(),
+        source,
+    })
+}
+
+/// Like [`remove_pod_dir`] for the pod's volumes only: a finished pod that is not deleted yet
+/// keeps its folder (termination messages) but gives back the disk and memory its volumes
+/// held, as upstream tears down the volumes of terminated pods. Without this an evicted pod's
+/// emptyDir would keep the disk pressure that evicted it.
+pub fn release_volumes(pod_dir: &Path) -> Result<(), VolumeError> {
+    let volumes = pod_dir.join("volumes");
+    if !volumes.exists() {
+        return Ok(());
+    }
+    unmount_ours(pod_dir)?;
+    std::fs::remove_dir_all(&volumes).map_err(|source| VolumeError::Io {
+        path: volumes.clone(),
+        source,
+    })
+}
+
+fn unmount_ours(pod_dir: &Path) -> Result<(), VolumeError> {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let prefix = format!("{}/", pod_dir.to_string_lossy());
     let mounted: Vec<PathBuf> = mountinfo
@@ -410,10 +443,7 @@ pub fn remove_pod_dir(pod_dir: &Path) -> Result<(), VolumeError> {
             source,
         })?;
     }
-    std::fs::remove_dir_all(pod_dir).map_err(|source| VolumeError::Io {
-        path: pod_dir.to_path_buf(),
-        source,
-    })
+    Ok(())
 }
 
 #[cfg(test)]
@@ -454,6 +484,23 @@ mod tests {
             ..Default::default()
         });
         pod
+    }
+
+    #[test]
+    fn a_finished_pod_gives_its_volumes_back_and_keeps_its_folder() {
+        let root = tempfile::tempdir().unwrap();
+        let pod_dir = root.path().join("pods/u1");
+        let data = volume_dir(&pod_dir, "kubernetes.io~empty-dir", "data");
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::write(data.join("fill"), vec![0u8; 4096]).unwrap();
+        let msg = pod_dir.join("containers/c/abc");
+        std::fs::create_dir_all(msg.parent().unwrap()).unwrap();
+        std::fs::write(&msg, "bye").unwrap();
+        release_volumes(&pod_dir).unwrap();
+        assert!(!pod_dir.join("volumes").exists());
+        assert_eq!(std::fs::read_to_string(&msg).unwrap(), "bye");
+        // Twice is harmless.
+        release_volumes(&pod_dir).unwrap();
     }
 
     fn manager(root: &Path) -> VolumeManager {
