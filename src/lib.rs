@@ -22,6 +22,7 @@ mod fieldpath;
 mod grpc_uds;
 mod host;
 mod kubelet;
+mod logrotate;
 mod metrics;
 mod names;
 mod node;

@@ -424,6 +424,22 @@ impl RuntimeClient {
         Ok(status)
     }
 
+    /// Asks the runtime to open the container's log path anew (after the kubelet renamed the
+    /// file away for rotation); the runtime refuses for a container that is not running.
+    pub async fn reopen_container_log(&self, id: &str) -> Result<(), CriError> {
+        let mut c = self.runtime.clone();
+        let req = api::ReopenContainerLogRequest {
+            container_id: id.to_string(),
+        };
+        call(
+            "ReopenContainerLog",
+            self.timeout,
+            c.reopen_container_log(req),
+        )
+        .await?;
+        Ok(())
+    }
+
     /// Runs `cmd` in the container. `timeout` goes to the runtime (rounded up
     /// to whole seconds); the call's deadline is `timeout` plus the client
     /// timeout. A zero `timeout` asks the runtime for no limit, but the call is

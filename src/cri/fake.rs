@@ -10,6 +10,8 @@
 //! containers carry the reason "Completed" or "Error". Images are normalised
 //! docker-style (`busybox` is `docker.io/library/busybox:latest`).
 //!
+//! ReopenContainerLog creates the log file anew, as containerd does for a running container.
+//!
 //! Test hooks: [`FakeRuntime::exit_container`] and [`FakeRuntime::exit_on_start`] end a
 //! container's process, [`FakeRuntime::fail_next`] makes the next call of an RPC fail before
 //! the runtime acts on it, [`FakeRuntime::delay`] holds an RPC (a delayed call that the client
@@ -723,25 +725,31 @@ impl RuntimeService for FakeRuntime {
             }
             c.status.log_path.clone()
         };
-        if !log_path.is_empty() {
-            let path = PathBuf::from(&log_path);
-            let opened = path
-                .parent()
-                .map_or(Ok(()), std::fs::create_dir_all)
-                .and_then(|()| {
-                    std::fs::OpenOptions::new()
-                        .create(true)
-                        .append(true)
-                        .open(&path)
-                        .map(drop)
-                });
-            if let Err(e) = opened {
-                return Err(Status::unknown(format!(
-                    "failed to create and open log file {log_path:?}: {e}"
-                )));
-            }
-        }
+        open_log(&log_path)?;
         Ok(Response::new(api::StartContainerResponse {}))
+    }
+
+    async fn reopen_container_log(
+        &self,
+        request: Request<api::ReopenContainerLogRequest>,
+    ) -> Result<Response<api::ReopenContainerLogResponse>, Status> {
+        let id = request.into_inner().container_id;
+        self.enter("ReopenContainerLog", |s| s.subject_of_container(&id), None)
+            .await?;
+        let log_path = {
+            let s = self.lock();
+            let c = s
+                .containers
+                .iter()
+                .find(|c| c.status.id == id)
+                .ok_or_else(|| Status::not_found(format!("container {id:?} not found")))?;
+            if c.status.state != api::ContainerState::ContainerRunning as i32 {
+                return Err(Status::unknown("container is not running"));
+            }
+            c.status.log_path.clone()
+        };
+        open_log(&log_path)?;
+        Ok(Response::new(api::ReopenContainerLogResponse {}))
     }
 
     async fn stop_container(
@@ -944,6 +952,29 @@ impl ImageService for FakeRuntime {
         }
         Ok(Response::new(api::RemoveImageResponse {}))
     }
+}
+
+/// Creates the container's log file as containerd does when it starts the container or
+/// reopens its log (nothing for a container without a log path).
+fn open_log(log_path: &str) -> Result<(), Status> {
+    if log_path.is_empty() {
+        return Ok(());
+    }
+    let path = PathBuf::from(log_path);
+    path.parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .map(drop)
+        })
+        .map_err(|e| {
+            Status::unknown(format!(
+                "failed to create and open log file {log_path:?}: {e}"
+            ))
+        })
 }
 
 /// A [`FakeRuntime`] served on a unix socket in its own temporary directory, with a

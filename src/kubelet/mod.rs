@@ -28,8 +28,8 @@ use crate::sync::{Admission, SyncLoop, SyncLoopHealth, SyncLoopInputs, SyncSetti
 use crate::tasks::{TaskError, Tasks};
 use crate::volume::VolumeManager;
 use crate::{
-    certificate, events, eviction, node, nodeshutdown, pleg, podresources, server, sources, stats,
-    status,
+    certificate, events, eviction, logrotate, node, nodeshutdown, pleg, podresources, server,
+    sources, stats, status,
 };
 
 /// Why the kubelet could not start, or stopped on its own.
@@ -68,6 +68,9 @@ pub enum KubeletError {
     /// The eviction thresholds cannot be parsed.
     #[error("eviction settings: {0}")]
     Eviction(String),
+    /// The container log rotation settings are unusable.
+    #[error("failed to initialize container log manager: {0}")]
+    LogRotation(#[from] logrotate::PolicyError),
     /// A setting this version cannot honour.
     #[error("{0} is not supported by this version of kubelet-rs")]
     Unsupported(String),
@@ -87,13 +90,14 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
     preflight::apply_oom_score_adj(cfg.oom_score_adj);
     preflight::create_dirs(root_dir)?;
     let (cri, runtime_name) = preflight::connect_runtime(&settings).await?;
+    let mut tasks = Tasks::default();
+    logrotate::spawn(&settings, cri.clone(), &mut tasks, &cancel)?;
     let mut cgroup_settings = CgroupSettings::from(&settings);
     cgroup_settings.driver = preflight::cgroup_driver(&settings, &cri).await?;
     let cgroups = cgroup_settings.start()?;
 
     // API server mode (after TLS bootstrap), then the ports: bad TLS or auth settings and
     // taken ports stop the kubelet here, before any pod runs.
-    let mut tasks = Tasks::default();
     let client_settings = certificate::ClientSettings::from(&settings);
     let api = tokio::select! {
         api = certificate::connect(&client_settings, &mut tasks, &cancel) => api?,

@@ -864,9 +864,14 @@ impl RuntimeManager {
             m.uid.as_deref().unwrap_or_default(),
         )
         .join(paths::container_log_path(&c.name, c.attempt));
-        if let Err(e) = tokio::fs::remove_file(&path).await
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
+        // Its rotated files too, as upstream's log manager cleans a removed container.
+        let log = path.clone();
+        let removed =
+            tokio::task::spawn_blocking(move || crate::logrotate::files::remove_with_rotated(&log))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()));
+        if let Err(e) = removed {
             warn!(path = %path.display(), err = %e, "Failed to remove container log");
         }
     }

@@ -269,6 +269,11 @@ async fn crashing_container_restarts_once_then_backs_off() {
     let mut backoff = Backoff::new(Duration::from_millis(300), Duration::from_secs(5));
 
     h.sync(&p, &mut backoff).await;
+    // Files the log rotation left beside attempt 0's log.
+    let logs = h.pod_log_dir(&p).join("app");
+    for rotated in ["0.log.20260101-000000.gz", "0.log.20260102-000000"] {
+        std::fs::write(logs.join(rotated), "old lines").unwrap();
+    }
     assert!(h.fake().exit_container(&h.container_id("app"), 1));
     // First crash: restarted at once, as attempt 1.
     let out = h.sync(&p, &mut backoff).await;
@@ -329,6 +334,13 @@ async fn crashing_container_restarts_once_then_backs_off() {
         .filter_map(|c| c.metadata.as_ref().map(|m| m.attempt))
         .collect();
     assert_eq!(attempts, [1, 2]);
+    // The pruned attempt's log went with its rotated files.
+    let mut left: Vec<String> = std::fs::read_dir(&logs)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["1.log", "2.log"]);
 }
 
 #[tokio::test]

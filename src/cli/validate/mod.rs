@@ -96,7 +96,7 @@ mod tests {
         c.node_lease_duration_seconds = 0;
         c.cgroup_driver = "upstart".into();
         c.oom_score_adj = -1001;
-        c.container_log_max_files = 1;
+        c.container_log_max_workers = 0;
         c.logging.format = "xml".into();
         c.authorization.mode = "RBAC".into();
         c.registry_pull_qps = -1;
@@ -119,7 +119,9 @@ mod tests {
         assert!(has("nodeLeaseDurationSeconds must be greater than 0"));
         assert!(has("cgroupDriver (--cgroup-driver) \"upstart\""));
         assert!(has("oomScoreAdj (--oom-score-adj) -1001"));
-        assert!(has("containerLogMaxFiles must be greater than 1"));
+        assert!(has(
+            "containerLogMaxWorkers must be greater than or equal to 1"
+        ));
         assert!(has("logging.format"));
         assert!(has("authorization.mode (--authorization-mode) \"RBAC\""));
         assert!(has("registryPullQPS (--registry-qps) -1"));

@@ -601,7 +601,7 @@ fn system_log_query(c: &mut Check) {
     }
 }
 
-/// Container log rotation.
+/// Container log rotation: the workers and the monitor interval.
 fn container_logs(c: &mut Check) {
     let kc = c.kc;
     if kc.container_log_max_workers < 1 {
@@ -610,15 +610,8 @@ fn container_logs(c: &mut Check) {
     if kc.container_log_monitor_interval < GoDuration::from_secs(3) {
         c.bad("containerLogMonitorInterval must be a positive time duration greater than or equal to 3s".into());
     }
-    if kc.container_log_max_files <= 1 {
-        c.bad("containerLogMaxFiles must be greater than 1".into());
-    }
-    if let Err(e) = Amount::parse(&kc.container_log_max_size) {
-        c.bad(format!(
-            "containerLogMaxSize (--container-log-max-size) {:?}: {e}",
-            kc.container_log_max_size
-        ));
-    }
+    // containerLogMaxFiles and containerLogMaxSize are checked where upstream checks them,
+    // when the log manager is built (logrotate::Policy), with its messages.
 }
 
 fn pod_logs_dir(c: &mut Check) {
