@@ -101,6 +101,7 @@ fn chatty_container_logs_rotate_and_stay_readable() {
     let bound = MAX_SIZE + (INTERVAL_SECS + 2) * MAX_LINES_PER_SEC * MAX_LINE;
     let mut seen = std::collections::BTreeSet::new();
     let mut settled = false;
+    let mut largest = 0;
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline && !(settled && seen.len() > MAX_FILES + 1) {
         let files = rotated(&log);
@@ -110,6 +111,7 @@ fn chatty_container_logs_rotate_and_stay_readable() {
         );
         assert!(files.iter().all(|f| well_named(f)), "{files:?}");
         if let Ok(m) = std::fs::metadata(&log) {
+            largest = largest.max(m.len());
             assert!(
                 m.len() < bound,
                 "current log {} bytes, bound {bound}",
@@ -126,6 +128,10 @@ fn chatty_container_logs_rotate_and_stay_readable() {
         std::thread::sleep(Duration::from_millis(200));
     }
     let files = rotated(&log);
+    eprintln!(
+        "rotations seen: {}, largest current log: {largest} bytes (bound {bound})",
+        seen.len()
+    );
     assert!(
         settled && seen.len() > MAX_FILES + 1,
         "rotations seen: {seen:?}, settled: {settled}, now: {files:?}\nkubelet log tail:\n{}",
@@ -189,6 +195,11 @@ fn chatty_container_logs_rotate_and_stay_readable() {
         gaps.is_empty(),
         "the follower skipped or repeated: {gaps:?}"
     );
+    eprintln!(
+        "followed lines {}..={} without a gap",
+        lines.first().unwrap_or(&0),
+        lines.last().unwrap_or(&0)
+    );
 
     // Removing the pod removes its log folder, rotated files included.
     k.remove_manifest("chatty.yaml");
@@ -197,4 +208,48 @@ fn chatty_container_logs_rotate_and_stay_readable() {
         (!folder.exists()).then_some(())
     });
     k.cleanup();
+}
+
+/// Upstream checks these two when it builds its log manager, after connecting to the runtime.
+#[test]
+fn bad_rotation_settings_stop_the_kubelet_with_upstreams_message() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let sock = containerd_socket();
+    for (flag, message) in [
+        (
+            "--container-log-max-files=1",
+            "failed to initialize container log manager: invalid MaxFiles 1, must be > 1",
+        ),
+        (
+            "--container-log-max-size=1500m",
+            "failed to initialize container log manager: failed to parse container log max size \"1500m\": invalid max log size",
+        ),
+    ] {
+        // `timeout` in case the kubelet wrongly starts: it must not run on.
+        let out = Command::new("timeout")
+            .arg("30")
+            .arg(env!("CARGO_BIN_EXE_kubelet"))
+            .args([
+                &format!("--container-runtime-endpoint=unix://{sock}"),
+                &format!("--root-dir={}", dir.path().join("root").display()),
+                &format!(
+                    "--cgroup-root={}",
+                    std::env::var("KRS_IT_CGROUP_ROOT").unwrap_or_else(|_| "/krs-it".into())
+                ),
+                "--healthz-port=0",
+                "--read-only-port=0",
+                &format!("--port={}", free_port()),
+                "--fail-swap-on=false",
+                flag,
+            ])
+            .output()
+            .expect("run kubelet");
+        // The log quotes the error, escaping its quotes.
+        let text = (String::from_utf8_lossy(&out.stderr).into_owned()
+            + &String::from_utf8_lossy(&out.stdout))
+            .replace("\\\"", "\"");
+        assert_eq!(out.status.code(), Some(1), "{flag}: {text}");
+        assert!(text.contains(message), "{flag}: {text}");
+    }
 }

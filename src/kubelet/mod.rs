@@ -69,7 +69,7 @@ pub enum KubeletError {
     #[error("eviction settings: {0}")]
     Eviction(String),
     /// The container log rotation settings are unusable.
-    #[error("failed to initialize container log manager: {0}")]
+    #[error("failed to initialize container log manager")]
     LogRotation(#[from] logrotate::PolicyError),
     /// A setting this version cannot honour.
     #[error("{0} is not supported by this version of kubelet-rs")]
