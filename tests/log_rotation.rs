@@ -3,7 +3,8 @@
 //! next to it with upstream's names (older ones gzipped, the newest plain), never more than
 //! `--container-log-max-files` in all; the current file stays small; /containerLogs keeps
 //! serving fresh lines, and a follower reads across rotations without losing or repeating a
-//! line; removing the pod takes the rotated files along.
+//! line; removing the pod takes the rotated files along. Through the test control plane,
+//! `kubectl logs` shows the current file's lines, as upstream's kubelet serves them.
 
 mod common;
 
@@ -252,4 +253,94 @@ fn bad_rotation_settings_stop_the_kubelet_with_upstreams_message() {
         assert_eq!(out.status.code(), Some(1), "{flag}: {text}");
         assert!(text.contains(message), "{flag}: {text}");
     }
+}
+
+const API_NODE: &str = "krs-logrotate-node";
+
+fn kubectl(args: &[&str]) -> Command {
+    let env = cluster_env();
+    let mut cmd = Command::new("kubectl");
+    cmd.arg(format!("--kubeconfig={}", env["KUBECONFIG"]))
+        .arg("--request-timeout=30s")
+        .arg("--namespace=default")
+        .args(args);
+    cmd
+}
+
+/// The current log of the static pod `chatty` on `node`, once the kubelet has made it.
+fn find_log(node: &str) -> PathBuf {
+    wait_for(Duration::from_secs(90), "the chatty pod's log", || {
+        std::fs::read_dir("/var/log/pods")
+            .ok()?
+            .flatten()
+            .find(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with(&format!("default_chatty-{node}_"))
+            })
+            .map(|e| e.path().join("main/0.log"))
+            .filter(|p| p.exists())
+    })
+}
+
+#[test]
+fn kubectl_logs_shows_the_current_file_after_rotation() {
+    let _serial = serial();
+    let mut k = Kubelet::new("logrotate-api");
+    k.write_manifest("chatty.yaml", &pod_yaml("chatty", "Always", 1, SCRIPT));
+    let mut flags = webhook_auth_flags();
+    flags.extend([
+        format!("--container-log-max-size={}Ki", MAX_SIZE / 1024),
+        format!("--container-log-max-files={MAX_FILES}"),
+        format!("--container-log-monitor-interval={INTERVAL_SECS}s"),
+    ]);
+    k.start_as_node(
+        API_NODE,
+        &flags.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let log = find_log(API_NODE);
+    wait_for(Duration::from_secs(60), "two rotations", || {
+        (rotated(&log).len() >= 2).then_some(())
+    });
+    let mirror = format!("chatty-{API_NODE}");
+    wait_for(Duration::from_secs(60), "the mirror pod", || {
+        let out = kubectl(&["get", "pod", &mirror]).output().ok()?;
+        out.status.success().then_some(())
+    });
+
+    // The newest rotated file stays plain until the next rotation, seconds away.
+    let files = rotated(&log);
+    let newest = std::fs::read_to_string(log.parent().unwrap().join(files.last().unwrap()))
+        .unwrap_or_default();
+    let rotated_last = numbers(&newest).last().copied().unwrap_or(0);
+    assert!(rotated_last > 0, "{files:?}");
+    let out = kubectl(&["logs", &mirror, "--tail=5"])
+        .output()
+        .expect("kubectl logs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown = numbers(&text);
+    assert_eq!(shown.len(), 5, "{text}");
+    assert!(
+        shown[0] > rotated_last,
+        "{shown:?} vs rotated {rotated_last}"
+    );
+    // The whole log is the current file only: it starts after the newest rotation.
+    let out = kubectl(&["logs", &mirror]).output().expect("kubectl logs");
+    let all = numbers(&String::from_utf8_lossy(&out.stdout));
+    assert!(
+        all.first().is_some_and(|n| *n > rotated_last),
+        "first line {:?}, newest rotation ends at {rotated_last}",
+        all.first()
+    );
+    eprintln!(
+        "kubectl logs: lines {:?}..={:?}, newest rotated file ends at {rotated_last}",
+        all.first(),
+        all.last()
+    );
+    k.cleanup();
 }
