@@ -46,11 +46,11 @@ impl Monitor {
                         error!(err = %e, "Failed to rotate container logs");
                     }
                 }
-                Some(done) = self.jobs.join_next(), if !self.jobs.is_empty() => {
-                    if let Ok(done) = done {
-                        self.finished(done);
-                    }
-                }
+                Some(done) = self.jobs.join_next(), if !self.jobs.is_empty() => match done {
+                    Ok(done) => self.finished(done),
+                    // Its container's mark went with it: the next pass tries again.
+                    Err(e) => error!(err = %e, "Container log rotation job failed"),
+                },
             }
         }
         // Jobs stop where they are; blocking file work already started runs to its end.
