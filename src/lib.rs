@@ -27,6 +27,7 @@ mod metrics;
 mod names;
 mod node;
 mod nodeshutdown;
+mod oom;
 mod pleg;
 mod podresources;
 mod prober;

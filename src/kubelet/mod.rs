@@ -28,7 +28,7 @@ use crate::sync::{Admission, SyncLoop, SyncLoopHealth, SyncLoopInputs, SyncSetti
 use crate::tasks::{TaskError, Tasks};
 use crate::volume::VolumeManager;
 use crate::{
-    certificate, events, eviction, logrotate, node, nodeshutdown, pleg, podresources, server,
+    certificate, events, eviction, logrotate, node, nodeshutdown, oom, pleg, podresources, server,
     sources, stats, status,
 };
 
@@ -118,6 +118,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         &mut tasks,
         &cancel,
     );
+    let oom_kills = oom::spawn(events.clone(), node_name.clone(), &mut tasks, &cancel);
     let runtime_settings = RuntimeSettings::new(&settings, &host);
     let volumes = Arc::new(VolumeManager::new(
         runtime_settings.root_dir.clone(),
@@ -133,7 +134,8 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
             events.clone(),
             runtime_settings,
         )
-        .with_api_client(api.clone()),
+        .with_api_client(api.clone())
+        .with_oom_kills(oom_kills),
     );
     let status = status::spawn(api.as_ref(), &node_name, &mut tasks, &cancel);
     let stats = Arc::new(stats::StatsProvider::new(

@@ -137,6 +137,9 @@ pub struct RuntimeManager {
     images: ImagePuller,
     events: EventRecorder,
     settings: RuntimeSettings,
+    /// Containers the kernel's OOM killer hit, which report `OOMKilled` whatever the runtime
+    /// says (see crate::oom).
+    oom_kills: Arc<crate::oom::OomKills>,
 }
 
 /// How long a failed sandbox or CRI step waits before the worker tries again.
@@ -172,7 +175,13 @@ impl RuntimeManager {
             images,
             events,
             settings,
+            oom_kills: Arc::default(),
         }
+    }
+
+    pub fn with_oom_kills(mut self, oom_kills: Arc<crate::oom::OomKills>) -> Self {
+        self.oom_kills = oom_kills;
+        self
     }
 
     pub fn with_api_client(mut self, client: Option<kube::Client>) -> Self {
@@ -258,6 +267,9 @@ impl RuntimeManager {
                     let mut info = ContainerInfo::from_status(&s, &c.pod_sandbox_id);
                     if info.state == ContainerState::Exited {
                         info.message = termination_message(&s, info.exit_code);
+                        if self.oom_kills.contains(&info.id) {
+                            info.reason = crate::oom::OOM_KILLED.to_string();
+                        }
                     }
                     observed.containers.push(info);
                 }

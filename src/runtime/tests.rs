@@ -29,6 +29,8 @@ pub(crate) struct Harness {
     pub runtime: Arc<RuntimeManager>,
     pub volumes: Arc<VolumeManager>,
     pub dir: tempfile::TempDir,
+    /// What the OOM watcher would have read from the kernel log.
+    pub oom_kills: Arc<crate::oom::OomKills>,
 }
 
 impl Harness {
@@ -42,6 +44,7 @@ impl Harness {
         std::fs::write(base.join("cgroup.controllers"), "cpu memory pids\n").expect("controllers");
         let cgroups = CgroupManager::with_fs_root(&cgroup_fs, "", true).expect("cgroup manager");
         let images = ImagePuller::new(cri.client.clone(), 4, Duration::from_secs(60));
+        let oom_kills = Arc::new(crate::oom::OomKills::default());
         let runtime = RuntimeManager::new(
             cri.client.clone(),
             Arc::new(cgroups),
@@ -57,7 +60,8 @@ impl Harness {
                 cgroup_options: Default::default(),
                 runtime_handler: String::new(),
             },
-        );
+        )
+        .with_oom_kills(oom_kills.clone());
         let volumes = VolumeManager::new(
             dir.path().join("root"),
             None,
@@ -69,6 +73,7 @@ impl Harness {
             runtime: Arc::new(runtime),
             volumes: Arc::new(volumes),
             dir,
+            oom_kills,
         }
     }
 
@@ -341,6 +346,33 @@ async fn crashing_container_restarts_once_then_backs_off() {
         .collect();
     left.sort();
     assert_eq!(left, ["1.log", "2.log"]);
+}
+
+/// The kernel's record decides, not the exit code: containerd says `Error` when the pod
+/// cgroup ran out rather than the container's own, and a SIGKILL from elsewhere is no OOM.
+#[tokio::test]
+async fn a_container_the_oom_killer_hit_reports_oom_killed() {
+    let h = Harness::new().await;
+    let p = pod("u-oom", "Never", &[], &["hog", "other"]);
+    let mut backoff = Backoff::default();
+    h.sync(&p, &mut backoff).await;
+    let (hog, other) = (h.container_id("hog"), h.container_id("other"));
+    // The kernel logs the kill before the process is gone.
+    h.oom_kills.record(&hog);
+    assert!(h.fake().exit_container(&hog, 137));
+    assert!(h.fake().exit_container(&other, 137));
+    let out = h.sync(&p, &mut backoff).await;
+    let status = h.status(&p, &out).await;
+    let terminated = |name| {
+        let t = container_status(&status, name)
+            .state
+            .as_ref()
+            .and_then(|s| s.terminated.clone())
+            .expect("terminated");
+        (t.exit_code, t.reason)
+    };
+    assert_eq!(terminated("hog"), (137, Some("OOMKilled".into())));
+    assert_eq!(terminated("other"), (137, Some("Error".into())));
 }
 
 #[tokio::test]

@@ -1,0 +1,159 @@
+//! The reader: /dev/kmsg opened nonblocking and polled by the runtime, so the task never
+//! holds a thread and ends as soon as it is cancelled.
+
+use std::fs::File;
+use std::io::{ErrorKind, Read, Seek, SeekFrom};
+use std::os::unix::fs::OpenOptionsExt;
+use std::sync::Arc;
+
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::{OomError, OomKills, OomParser, SYSTEM_OOM, handle_kill, record_message};
+use crate::events::{EventRecorder, EventType};
+
+const KMSG: &str = "/dev/kmsg";
+/// The kernel never hands out a record longer than this (its extended console line limit);
+/// a shorter buffer makes read fail with EINVAL.
+const RECORD_MAX: usize = 8192;
+/// Records read in one go before the task yields to others: a kernel that logs without pause
+/// must not monopolise a worker thread.
+const BATCH: usize = 256;
+
+pub(super) struct Watcher {
+    pub kills: Arc<OomKills>,
+    pub events: EventRecorder,
+    pub node_name: String,
+}
+
+impl Watcher {
+    pub async fn run(self, cancel: CancellationToken) {
+        let kmsg = match open_at_end() {
+            Ok(kmsg) => kmsg,
+            Err(err) => {
+                warn!(%err, "Failed to start the OOM watcher; OOM kills are reported as the runtime sees them");
+                return;
+            }
+        };
+        info!("OOM watcher started");
+        if let Err(err) = self.read(kmsg, cancel).await {
+            warn!(%err, "OOM watcher stopped; OOM kills are reported as the runtime sees them");
+        }
+    }
+
+    async fn read(&self, kmsg: AsyncFd<File>, cancel: CancellationToken) -> Result<(), OomError> {
+        let read_err = |source| OomError::Read { path: KMSG, source };
+        let mut parser = OomParser::default();
+        let mut buf = vec![0u8; RECORD_MAX];
+        loop {
+            let mut ready = tokio::select! {
+                _ = cancel.cancelled() => return Ok(()),
+                ready = kmsg.readable() => ready.map_err(read_err)?,
+            };
+            for _ in 0..BATCH {
+                match ready.try_io(|f| f.get_ref().read(&mut buf)) {
+                    Ok(Ok(0)) => break,
+                    Ok(Ok(n)) => {
+                        if let Some(kill) = record_message(&buf[..n]).and_then(|m| parser.push(m)) {
+                            self.on_kill(&kill);
+                        }
+                    }
+                    // The ring buffer overwrote records we had not read; the next read goes
+                    // on from the oldest one left.
+                    Ok(Err(e)) if e.raw_os_error() == Some(libc::EPIPE) => {
+                        debug!(
+                            "Kernel log records were overwritten before the OOM watcher read them"
+                        );
+                    }
+                    Ok(Err(e)) if e.kind() == ErrorKind::Interrupted => {}
+                    Ok(Err(e)) => return Err(read_err(e)),
+                    // Nothing more for now: readiness is cleared, wait for the next record.
+                    Err(_would_block) => break,
+                }
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
+    fn on_kill(&self, kill: &super::OomKill) {
+        info!(pid = kill.pid, comm = %kill.comm, oom_memcg = ?kill.oom_memcg, task_memcg = ?kill.task_memcg, "OOM kill");
+        if let Some(message) = handle_kill(kill, &self.kills) {
+            self.events.node(
+                &self.node_name,
+                None,
+                EventType::Warning,
+                SYSTEM_OOM,
+                &message,
+            );
+        }
+    }
+}
+
+/// /dev/kmsg, nonblocking, positioned after the last record: kills that happened before the
+/// kubelet started are not reported again (upstream starts from now too).
+fn open_at_end() -> Result<AsyncFd<File>, OomError> {
+    let open_err = |source| OomError::Open { path: KMSG, source };
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(KMSG)
+        .map_err(open_err)?;
+    file.seek(SeekFrom::End(0)).map_err(open_err)?;
+    register(file).map_err(open_err)
+}
+
+/// Puts the file under the runtime's poller. Tokio deprecates its safe constructors because
+/// a type could hand out a different descriptor later; a `File` owns one descriptor for its
+/// whole life and nothing here replaces it, and the unsafe replacement is not allowed in
+/// this crate.
+#[allow(deprecated)]
+fn register(file: File) -> std::io::Result<AsyncFd<File>> {
+    AsyncFd::with_interest(file, Interest::READABLE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::oom::OomKill;
+
+    #[test]
+    fn a_node_oom_becomes_a_warning_on_the_node() {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+        let watcher = Watcher {
+            kills: Arc::default(),
+            events: EventRecorder::with_sink(tx),
+            node_name: "node-a".into(),
+        };
+        watcher.on_kill(&OomKill {
+            pid: 4242,
+            comm: "stress".into(),
+            oom_memcg: None,
+            task_memcg: Some("/user.slice".into()),
+        });
+        let event = rx.try_recv().expect("an event");
+        assert_eq!(
+            (event.object.kind, event.object.name.as_str()),
+            ("Node", "node-a")
+        );
+        assert_eq!(
+            (event.kind, event.reason.as_str()),
+            (EventType::Warning, "SystemOOM")
+        );
+        assert_eq!(
+            event.message,
+            "System OOM encountered, victim process: stress, pid: 4242"
+        );
+
+        // A container's own limit: its status says so, the node hears nothing.
+        watcher.on_kill(&OomKill {
+            pid: 1,
+            comm: "sh".into(),
+            oom_memcg: Some("/kubepods/pod1".into()),
+            task_memcg: Some(format!("/kubepods/pod1/{}", "a".repeat(64))),
+        });
+        assert!(rx.try_recv().is_err());
+        assert!(watcher.kills.contains(&"a".repeat(64)));
+    }
+}
