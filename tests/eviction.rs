@@ -97,7 +97,8 @@ async fn memory_pressure() {
     std::fs::create_dir_all(&go).unwrap();
     let go_dir = go.to_string_lossy().to_string();
     let reserved = mem_total() - (LIMIT_MIB << 20);
-    k.cgroup_root = "/krs-it-evict".into();
+    // Its own pods' cgroup: what other tests left running must not count against the limit.
+    k.cgroup_root = "/krs-it-evict-memory".into();
     k.start_as_node(
         NODE_NAME,
         &[
@@ -110,6 +111,27 @@ async fn memory_pressure() {
         ],
     );
 
+    // What an earlier run may have left in the runtime is stopped first (the kubelet kills pods
+    // it does not know), so the node starts without pressure.
+    let settled = wait_for_opt(Duration::from_secs(60), || {
+        let out = std::process::Command::new("kubectl")
+            .args([
+                "get",
+                "node",
+                NODE_NAME,
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"MemoryPressure\")].status}",
+            ])
+            .envs(cluster_env())
+            .output()
+            .ok()?;
+        (String::from_utf8_lossy(&out.stdout) == "False").then_some(())
+    });
+    assert!(
+        settled.is_some(),
+        "node under memory pressure at start:\n{}",
+        tail(&k.log(), 60)
+    );
     let requests = |mem: &str| json!({"requests": {"memory": mem}});
     let guaranteed = json!({
         "requests": {"memory": "40Mi", "cpu": "100m"},
@@ -337,7 +359,10 @@ async fn disk_pressure() {
         .status()
         .unwrap();
     assert!(mounted.success());
-    k.cgroup_root = "/krs-it-evict".into();
+    let _unmount = Unmount(root.clone());
+    // Writes to a tmpfs are memory of the writer's cgroup: a cgroup root of its own keeps them
+    // out of the memory test's.
+    k.cgroup_root = "/krs-it-evict-disk".into();
     k.start_as_node(
         DISK_NODE,
         &[
@@ -420,7 +445,16 @@ async fn disk_pressure() {
     }
     k.stop();
     k.cleanup();
-    let _ = std::process::Command::new("umount")
-        .args(["-R", "-l", &root])
-        .status();
+}
+
+/// Unmounts the test's root directory (and whatever the kubelet mounted below it) even when
+/// the test fails.
+struct Unmount(String);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .args(["-R", "-l", &self.0])
+            .status();
+    }
 }

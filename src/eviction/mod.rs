@@ -403,7 +403,7 @@ impl Manager {
     ) -> bool {
         let name = crate::sources::pod_full_name(pod);
         if is_critical(pod) {
-            error!(pod = %name, message = %failure.message, "Eviction manager: cannot evict a critical pod");
+            error!(pod = %name, evictionMessage = %failure.message, "Eviction manager: cannot evict a critical pod");
             return false;
         }
         let message = failure.message.clone();
@@ -415,7 +415,7 @@ impl Manager {
         if self.out.try_send(eviction).is_err() {
             return false;
         }
-        info!(pod = %name, podUID = uid, %message, "Evicting pod");
+        info!(pod = %name, podUID = uid, evictionMessage = %message, "Evicting pod");
         self.events
             .pod(pod, EventType::Warning, rank::REASON, &message);
         crate::metrics::kubelet().evictions.inc(&[signal]);

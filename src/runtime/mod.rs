@@ -152,6 +152,16 @@ fn pod_uid(pod: &Pod) -> &str {
 /// Upstream never stops a container with less than this, so SIGTERM always comes first.
 pub const MIN_GRACE_SECONDS: i64 = 2;
 
+/// How long a container gets to stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Grace {
+    /// The pod's (or its deletion's) period: never below [`MIN_GRACE_SECONDS`], as upstream.
+    Pod(i64),
+    /// An eviction's or node shutdown's override: used as is, as upstream applies it after the
+    /// minimum (a hard eviction stops the pod within 1 s).
+    Override(i64),
+}
+
 pub fn grace_seconds(pod: &Pod) -> i64 {
     pod.spec
         .as_ref()
@@ -299,7 +309,8 @@ impl RuntimeManager {
         self.note_backoffs(pod, &actions, &mut outcome);
 
         if actions.kill_pod {
-            self.kill_pod(pod, observed, grace_seconds(pod)).await?;
+            self.kill_pod(pod, observed, Grace::Pod(grace_seconds(pod)))
+                .await?;
         }
         if actions.pod_finished {
             outcome.finished = true;
@@ -338,7 +349,7 @@ impl RuntimeManager {
         let kills = actions.kill.iter().map(|k| {
             self.events
                 .pod(pod, EventType::Normal, "Killing", &k.message);
-            let grace = k.grace.unwrap_or_else(|| grace_seconds(pod));
+            let grace = Grace::Pod(k.grace.unwrap_or_else(|| grace_seconds(pod)));
             self.stop_container(pod, &k.name, &k.container_id, grace, &pod_ip)
         });
         for r in join_all(kills).await {
@@ -747,7 +758,7 @@ impl RuntimeManager {
                 // Like upstream: the container is killed and counts as failed to start.
                 self.events
                     .pod(pod, EventType::Warning, "FailedPostStartHook", &message);
-                let grace = grace_seconds(pod);
+                let grace = Grace::Pod(grace_seconds(pod));
                 if let Err(e) = self
                     .stop_container(pod, &container.name, &id, grace, pod_ip)
                     .await
@@ -767,10 +778,15 @@ impl RuntimeManager {
         pod: &Pod,
         name: &str,
         id: &str,
-        grace: i64,
+        grace: Grace,
         pod_ip: &str,
     ) -> Result<(), CriError> {
-        let grace = grace.max(0);
+        let (Grace::Pod(g) | Grace::Override(g)) = grace;
+        let minimum = match grace {
+            Grace::Pod(_) => MIN_GRACE_SECONDS,
+            Grace::Override(_) => 0,
+        };
+        let grace = g.max(0);
         let spec = pod.spec.as_ref().and_then(|s| {
             s.containers
                 .iter()
@@ -791,9 +807,7 @@ impl RuntimeManager {
             }
             remaining = grace - started.elapsed().as_secs() as i64;
         }
-        self.cri
-            .stop_container(id, remaining.max(MIN_GRACE_SECONDS))
-            .await
+        self.cri.stop_container(id, remaining.max(minimum)).await
     }
 
     /// The container's mounts over the volumes the volume manager prepared, plus its
@@ -893,7 +907,7 @@ impl RuntimeManager {
         &self,
         pod: &Pod,
         observed: &ObservedPod,
-        grace: i64,
+        grace: Grace,
     ) -> Result<(), RuntimeError> {
         let pod_ip = observed
             .newest_sandbox()

@@ -463,7 +463,7 @@ async fn kill_pod_stops_containers_with_grace_then_sandbox_and_remove_pod_cleans
 
     let observed = h.runtime.pod_status("u-term").await.expect("pod status");
     h.runtime
-        .kill_pod(&p, &observed, 7)
+        .kill_pod(&p, &observed, crate::runtime::Grace::Pod(7))
         .await
         .expect("kill pod");
     let log = mutations(h.fake());

@@ -232,10 +232,11 @@ async fn an_evicted_pod_fails_and_its_containers_stop_for_good() {
             .unwrap_or_default()
             .starts_with("Usage of EmptyDir")
     );
-    // Stopped with the eviction's grace (the runtime is given at least 2 s), not the pod's 7 s.
+    // Stopped with the eviction's grace as it is (upstream's override comes after the 2 s
+    // minimum), not the pod's 7 s.
     let stops = fake.calls_of("StopContainer");
     assert_eq!(stops.len(), 1, "{stops:?}");
-    assert_eq!(stops[0].timeout, Some(2));
+    assert_eq!(stops[0].timeout, Some(1));
     // A failed pod is never restarted; the pod stays until its source removes it.
     node.send(PodUpdate::Update(vec![p])).await;
     tokio::time::sleep(Duration::from_millis(500)).await;

@@ -16,7 +16,7 @@ use crate::eviction::Eviction;
 use crate::prober::{ProbeManager, Verdicts};
 use crate::runtime::backoff::Backoff;
 use crate::runtime::observed::ObservedPod;
-use crate::runtime::{RuntimeManager, SyncOutcome};
+use crate::runtime::{RuntimeManager, SyncOutcome, Waiting};
 use crate::status::{PodFailure, PodStatusInput, StatusStore, generate_pod_status};
 use crate::volume::{PodVolumes, VolumeError, VolumeManager};
 
@@ -276,12 +276,34 @@ async fn sync_once(
             deadline::Verdict::None => {}
         }
     }
+    let status_of = |waiting: &HashMap<String, Waiting>, failure: Option<&PodFailure>| {
+        generate_pod_status(&PodStatusInput {
+            pod,
+            observed: &observed,
+            waiting,
+            start_time,
+            node_ip: &ctx.runtime.settings().node_ip,
+            runtime_name: &ctx.runtime_name,
+            now: SystemTime::now(),
+            failure,
+            probes: &probes,
+        })
+    };
     let result = if let Some(failed) = failure {
-        // A failed pod's containers are stopped with its grace period (an eviction's may be
-        // shorter) and never restarted.
-        let grace = failed
-            .grace
-            .unwrap_or_else(|| crate::runtime::grace_seconds(pod));
+        // As upstream, a failed pod (evicted, past its deadline) shows Failed before its
+        // containers are stopped, not a grace period later.
+        let no_waiting = HashMap::new();
+        ctx.status.set(
+            uid,
+            pod.clone(),
+            status_of(&no_waiting, Some(&failed.failure)),
+        );
+        // Its containers are stopped with its grace period, or an eviction's override as it
+        // is, and never restarted.
+        let grace = failed.grace.map_or_else(
+            || crate::runtime::Grace::Pod(crate::runtime::grace_seconds(pod)),
+            crate::runtime::Grace::Override,
+        );
         let killed = ctx.runtime.kill_pod(pod, &observed, grace).await;
         killed
             .map(|()| SyncOutcome {
@@ -304,17 +326,7 @@ async fn sync_once(
     let waiting = result.as_ref().map(|o| &o.waiting).unwrap_or(&no_waiting);
     // Status from the state before this sync's actions: whatever they changed comes back as a
     // PLEG event within a relist period and is reported on the next sync.
-    let status = generate_pod_status(&PodStatusInput {
-        pod,
-        observed: &observed,
-        waiting,
-        start_time,
-        node_ip: &ctx.runtime.settings().node_ip,
-        runtime_name: &ctx.runtime_name,
-        now: SystemTime::now(),
-        failure: failure.as_ref().map(|f| &f.failure),
-        probes: &probes,
-    });
+    let status = status_of(waiting, failure.as_ref().map(|f| &f.failure));
     crate::startup::tracker().observe_status(pod, &status);
     ctx.status.set(uid, pod.clone(), status);
     result
@@ -375,7 +387,9 @@ async fn terminate(
     let span = spans::sync_terminating_pod(pod);
     let killed = async {
         let observed = ctx.runtime.pod_status(uid).await?;
-        ctx.runtime.kill_pod(pod, &observed, grace).await
+        ctx.runtime
+            .kill_pod(pod, &observed, crate::runtime::Grace::Pod(grace))
+            .await
     }
     .instrument(span.clone())
     .await;
