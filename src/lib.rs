@@ -19,6 +19,7 @@ mod events;
 mod eviction;
 mod expansion;
 mod fieldpath;
+mod gc;
 mod grpc_uds;
 mod host;
 mod kubelet;

@@ -17,13 +17,13 @@ const HANDLER: &str = "krs-hook-handler";
 const HOOKED: &str = "krs-hooked";
 const BAD: &str = "krs-bad-hook";
 
-fn container_log(pod: &Pod, container: &str) -> String {
+fn container_log(k: &Kubelet, pod: &Pod, container: &str) -> String {
     let meta = &pod.metadata;
-    let dir = format!(
-        "/var/log/pods/default_{}_{}/{container}",
+    let dir = k.pod_logs_dir.join(format!(
+        "default_{}_{}/{container}",
         meta.name.as_deref().unwrap_or_default(),
         meta.uid.as_deref().unwrap_or_default()
-    );
+    ));
     std::fs::read_dir(&dir)
         .into_iter()
         .flatten()
@@ -124,7 +124,7 @@ async fn post_start_and_pre_stop_hooks() {
         "started\n",
         "the exec postStart hook ran before the container counted as running"
     );
-    let handler_log = container_log(&handler, "handler");
+    let handler_log = container_log(&k, &handler, "handler");
     assert!(handler_log.contains("url:/poststart"), "{handler_log}");
     assert!(!hooks_dir.join("prestop").exists());
 
@@ -138,7 +138,7 @@ async fn post_start_and_pre_stop_hooks() {
         std::fs::read_to_string(hooks_dir.join("prestop")).unwrap(),
         "stopping\n"
     );
-    let handler_log = container_log(&handler, "handler");
+    let handler_log = container_log(&k, &handler, "handler");
     assert!(handler_log.contains("url:/prestop"), "{handler_log}");
 
     // A postStart hook that fails kills its container, which is then restarted.

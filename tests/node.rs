@@ -7,16 +7,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::Value;
 
-fn log_dir_of(pod: &Value) -> std::path::PathBuf {
-    let m = &pod["metadata"];
-    std::path::PathBuf::from(format!(
-        "/var/log/pods/{}_{}_{}",
-        m["namespace"].as_str().unwrap(),
-        m["name"].as_str().unwrap(),
-        m["uid"].as_str().unwrap()
-    ))
-}
-
 fn running(pod: &Value, container: &str) -> bool {
     !container_status(pod, container)["state"]["running"].is_null()
 }
@@ -54,7 +44,7 @@ fn pod_runs_and_its_output_lands_in_its_log_file() {
             .starts_with("containerd://")
     );
 
-    let log = log_dir_of(&pod).join("main/0.log");
+    let log = k.pod_log_dir(&pod).join("main/0.log");
     let line = wait_for(Duration::from_secs(10), "log line", || {
         std::fs::read_to_string(&log)
             .ok()
@@ -151,7 +141,7 @@ fn pod_runs_and_its_output_lands_in_its_log_file() {
     assert_eq!(code, 200);
     assert!(body.contains("[+]syncloop ok"), "{body}");
     k.cleanup();
-    assert!(!log_dir_of(&pod).exists(), "pod log dir left behind");
+    assert!(!k.pod_log_dir(&pod).exists(), "pod log dir left behind");
     assert!(
         !std::path::Path::new(&v1).exists() && !std::path::Path::new(&v2).exists(),
         "pod cgroup left behind"
@@ -313,7 +303,7 @@ spec:
     let ok = k.wait_pod("nobody", "running", Duration::from_secs(30), |p| {
         running(p, "main")
     });
-    let log = log_dir_of(&ok).join("main/0.log");
+    let log = k.pod_log_dir(&ok).join("main/0.log");
     wait_for(Duration::from_secs(10), "uid and env in the log", || {
         std::fs::read_to_string(&log)
             .ok()
@@ -336,7 +326,7 @@ fn kubelet_manages_etc_hosts_with_host_aliases() {
         running(p, "main")
     });
     let ip = pod["status"]["podIP"].as_str().unwrap().to_string();
-    let log = log_dir_of(&pod).join("main/0.log");
+    let log = k.pod_log_dir(&pod).join("main/0.log");
     let text = wait_for(Duration::from_secs(10), "hosts file in the log", || {
         std::fs::read_to_string(&log)
             .ok()

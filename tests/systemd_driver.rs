@@ -83,9 +83,11 @@ spec:
         .trim_start_matches("containerd://")
         .to_string();
     let scope = format!("cri-containerd-{cid}.scope");
-    let log_dir = format!("/var/log/pods/default_burst-{NODE}_{uid}/main");
+    let log = k
+        .pod_logs_dir
+        .join(format!("default_burst-{NODE}_{uid}/main/0.log"));
     let self_cgroup = wait_for(Duration::from_secs(20), "the container's log", || {
-        let text = std::fs::read_to_string(format!("{log_dir}/0.log")).ok()?;
+        let text = std::fs::read_to_string(&log).ok()?;
         text.contains("memory:").then_some(text)
     });
     assert!(

@@ -21,8 +21,10 @@ const LATE_CONFIG_MAP: &str = "krs-vol-late-cm";
 const SECRET: &str = "krs-vol-secret";
 
 /// The last line the container printed, read from its log file on the node.
-fn last_tick(pod_name: &str, uid: &str) -> Option<String> {
-    let log = format!("/var/log/pods/default_{pod_name}_{uid}/main/0.log");
+fn last_tick(k: &Kubelet, pod_name: &str, uid: &str) -> Option<String> {
+    let log = k
+        .pod_logs_dir
+        .join(format!("default_{pod_name}_{uid}/main/0.log"));
     let text = std::fs::read_to_string(log).ok()?;
     text.lines()
         .rev()
@@ -135,7 +137,7 @@ async fn written_volumes_follow_their_sources() {
         .unwrap();
 
     let first = wait_for(Duration::from_secs(90), "the first tick", || {
-        last_tick(POD, &uid)
+        last_tick(&k, POD, &uid)
     });
     assert!(
         first.contains(
@@ -210,7 +212,7 @@ async fn written_volumes_follow_their_sources() {
         Duration::from_secs(60),
         "the updates in the container",
         || {
-            last_tick(POD, &uid).filter(|t| {
+            last_tick(&k, POD, &uid).filter(|t| {
                 t.contains("secret=abc")
                     && t.contains("color=green proj=green")
                     && t.contains("tier")

@@ -596,7 +596,6 @@ impl RuntimeClient {
         Ok(resp.image_ref)
     }
 
-    #[cfg(test)]
     pub async fn remove_image(&self, image: &str) -> Result<(), CriError> {
         let mut c = self.image.clone();
         let req = api::RemoveImageRequest {

@@ -120,6 +120,8 @@ pub struct EvictionDeps {
     pub cri: RuntimeClient,
     pub cgroups: Arc<CgroupManager>,
     pub stats: Arc<StatsProvider>,
+    /// Dead containers and unused images go before any pod is evicted for disk.
+    pub collectors: crate::gc::Collectors,
 }
 
 struct Manager {
@@ -132,6 +134,7 @@ struct Manager {
     events: EventRecorder,
     node_name: String,
     stats: Arc<StatsProvider>,
+    collectors: crate::gc::Collectors,
     probe: observe::Probe,
     tracker: tracker::Tracker,
     pressure: watch::Sender<Pressure>,
@@ -256,9 +259,39 @@ impl Manager {
         self.memory_stuck = !evicted && threshold.signal.is_memory();
     }
 
-    /// Node-level reclaim for disk signals; true when the thresholds are no longer met.
-    async fn reclaim_node_level(&mut self, _threshold: &Threshold) -> bool {
-        false
+    /// Node-level reclaim for disk signals, as upstream's: dead containers, then unused
+    /// images; true when, observed afresh, no threshold is met past its minimum reclaim.
+    /// With images on a filesystem of their own, nodefs holds only logs and volumes, so there
+    /// is nothing to reclaim for it.
+    async fn reclaim_node_level(&mut self, threshold: &Threshold) -> bool {
+        let signal = threshold.signal;
+        if signal.condition() != Condition::Disk {
+            return false;
+        }
+        let on_image_fs = matches!(
+            signal,
+            thresholds::Signal::ImageFsAvailable
+                | thresholds::Signal::ImageFsInodesFree
+                | thresholds::Signal::ContainerFsAvailable
+                | thresholds::Signal::ContainerFsInodesFree
+        );
+        if self.dedicated_image_fs && !on_image_fs {
+            return false;
+        }
+        let resource = signal.resource();
+        if let Err(err) = self.collectors.containers.delete_all_unused().await {
+            info!(resourceName = resource, %err, "Eviction manager: unexpected error when attempting to reduce resource pressure");
+        }
+        match self.collectors.images.delete_unused().await {
+            Ok(freed) => info!(bytes = freed, "Eviction manager: unused images removed"),
+            Err(err) => {
+                info!(resourceName = resource, %err, "Eviction manager: unexpected error when attempting to reduce resource pressure");
+            }
+        }
+        let look = self.probe.look().await;
+        let all = self.thresholds.clone().unwrap_or_default();
+        !all.iter()
+            .any(|t| thresholds::met(t, &look.observations, true))
     }
 
     async fn evict_one(
@@ -450,6 +483,7 @@ pub fn spawn(
         events: deps.events,
         node_name: deps.node_name,
         stats: deps.stats,
+        collectors: deps.collectors,
         probe: observe::Probe::new(deps.cgroups, deps.root_dir, deps.cri),
         tracker: tracker::Tracker::default(),
         pressure,

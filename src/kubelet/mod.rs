@@ -28,8 +28,8 @@ use crate::sync::{Admission, SyncLoop, SyncLoopHealth, SyncLoopInputs, SyncSetti
 use crate::tasks::{TaskError, Tasks};
 use crate::volume::VolumeManager;
 use crate::{
-    certificate, events, eviction, logrotate, node, nodeshutdown, oom, pleg, podresources, server,
-    sources, stats, status,
+    certificate, events, eviction, gc, logrotate, node, nodeshutdown, oom, pleg, podresources,
+    server, sources, stats, status,
 };
 
 /// Why the kubelet could not start, or stopped on its own.
@@ -88,7 +88,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
     let (cfg, root_dir) = (&settings.config, &settings.flags.root_dir);
     info!(node = %node_name, node_ip = %host.node_ip, version = crate::cli::KUBELET_VERSION, "Starting kubelet");
     preflight::apply_oom_score_adj(cfg.oom_score_adj);
-    preflight::create_dirs(root_dir)?;
+    preflight::create_dirs(root_dir, std::path::Path::new(&cfg.pod_logs_dir))?;
     let (cri, runtime_name) = preflight::connect_runtime(&settings).await?;
     let mut tasks = Tasks::default();
     logrotate::spawn(&settings, cri.clone(), &mut tasks, &cancel)?;
@@ -138,35 +138,23 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         .with_oom_kills(oom_kills),
     );
     let status = status::spawn(api.as_ref(), &node_name, &mut tasks, &cancel);
-    let stats = Arc::new(stats::StatsProvider::new(
-        cri.clone(),
-        cgroups.clone(),
-        status.clone(),
-        root_dir.clone(),
-        node_name.clone(),
-    ));
-    let (kills, evictions) = eviction::queue();
-    let pressure = eviction::spawn(
-        eviction::EvictionSettings::from_settings(&settings).map_err(KubeletError::Eviction)?,
-        eviction::EvictionDeps {
-            status: status.clone(),
-            root_dir: root_dir.clone(),
-            events: events.clone(),
-            node_name: node_name.clone(),
-            cri: cri.clone(),
-            cgroups: cgroups.clone(),
-            stats: stats.clone(),
-        },
-        kills.clone(),
-        &mut tasks,
-        &cancel,
+    let stats = Arc::new(
+        stats::StatsProvider::new(
+            cri.clone(),
+            cgroups.clone(),
+            status.clone(),
+            root_dir.clone(),
+            node_name.clone(),
+        )
+        .with_pod_logs_dir(PathBuf::from(&cfg.pod_logs_dir)),
     );
+    let (kills, evictions) = eviction::queue();
     let (shutting_down_tx, shutting_down) = tokio::sync::watch::channel(false);
     if let Some(shutdown) = nodeshutdown::ShutdownSettings::from_settings(&settings) {
         nodeshutdown::spawn(
             shutdown,
             status.clone(),
-            kills,
+            kills.clone(),
             shutting_down_tx,
             &mut tasks,
             &cancel,
@@ -178,6 +166,33 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
     let (pod_updates, sources_ready) =
         sources::spawn((&settings).into(), api.as_ref(), &mut tasks, &cancel);
     let pleg = pleg::spawn(cri.clone(), &mut tasks, &cancel);
+    let known_pods = Arc::new(gc::KnownPods::default());
+    let gc_inputs = gc::GcInputs {
+        cri: cri.clone(),
+        events: events.clone(),
+        known: known_pods.clone(),
+        status: status.clone(),
+        volumes: volumes.clone(),
+        runtime_pods: pleg.runtime_pods.clone(),
+    };
+    // The eviction manager frees disk through the collectors before it evicts pods.
+    let collectors = gc::spawn((&settings).into(), gc_inputs, &mut tasks, &cancel);
+    let pressure = eviction::spawn(
+        eviction::EvictionSettings::from_settings(&settings).map_err(KubeletError::Eviction)?,
+        eviction::EvictionDeps {
+            status: status.clone(),
+            root_dir: root_dir.clone(),
+            events: events.clone(),
+            node_name: node_name.clone(),
+            cri: cri.clone(),
+            cgroups: cgroups.clone(),
+            stats: stats.clone(),
+            collectors,
+        },
+        kills,
+        &mut tasks,
+        &cancel,
+    );
     let node_settings = NodeSettings::from_settings(&settings, &host.node_ip);
     let sync_settings = SyncSettings::from(&settings);
     let sync_health = Arc::new(SyncLoopHealth::default());
@@ -188,7 +203,8 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         sync_settings.max_pods,
         sync_health.clone(),
         cancel.child_token(),
-    );
+    )
+    .with_known_pods(known_pods);
     let sync_loop = match &api {
         // Pods from the API server are admitted against what the node offers them and against
         // its labels as they are now (a user may add some after registration).

@@ -9,7 +9,6 @@ use super::KubeletError;
 use crate::cli::Settings;
 use crate::cri::RuntimeClient;
 use crate::host::Host;
-use crate::runtime::paths;
 
 /// Settings this version parses (so upstream configurations load) but cannot honour yet.
 /// Refusing or warning here keeps the kubelet from silently doing something else.
@@ -75,9 +74,8 @@ pub fn apply_oom_score_adj(value: i32) {
     }
 }
 
-/// The root dir, its pods folder and the pod log root.
-pub fn create_dirs(root_dir: &Path) -> Result<(), KubeletError> {
-    let logs_root = Path::new(paths::POD_LOGS_ROOT);
+/// The root dir, its pods folder and the pod log root (`podLogsDir`).
+pub fn create_dirs(root_dir: &Path, logs_root: &Path) -> Result<(), KubeletError> {
     for dir in [root_dir, &root_dir.join("pods"), logs_root] {
         std::fs::create_dir_all(dir).map_err(|source| KubeletError::Io {
             path: dir.to_path_buf(),

@@ -44,6 +44,8 @@ pub struct KubeletMetrics {
     pub http_requests_duration: Histogram,
     pub http_inflight_requests: Scalar,
     pub evictions: Scalar,
+    /// Images the image GC removed, by `reason` ("age" or "space").
+    pub image_garbage_collected: Scalar,
     /// When the serving certificate expires (Unix seconds): unset while the serving
     /// certificate manager does not run (the family is then not exposed, as upstream
     /// registers it with the manager), `Some(None)` while it has no certificate.
@@ -172,6 +174,11 @@ impl KubeletMetrics {
                 "Cumulative number of pod evictions by eviction signal",
                 &["eviction_signal"],
             )),
+            image_garbage_collected: Scalar::counter(alpha(
+                "kubelet_image_garbage_collected_total",
+                "Total number of images garbage collected by the kubelet, whether through disk usage or image age.",
+                &["reason"],
+            )),
             server_cert_not_after: std::sync::Mutex::new(None),
         }
     }
@@ -217,6 +224,7 @@ impl KubeletMetrics {
             self.http_requests_duration.family(),
             self.http_inflight_requests.family(),
             self.evictions.family(),
+            self.image_garbage_collected.family(),
         ]
         .into_iter()
         .chain(self.server_cert_ttl())

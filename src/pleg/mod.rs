@@ -23,6 +23,8 @@ pub struct RuntimePod {
     pub name: String,
     pub namespace: String,
     pub running_containers: usize,
+    /// Sandboxes in the ready state: a pod with one still holds a network namespace.
+    pub ready_sandboxes: usize,
 }
 
 pub type RuntimePods = Arc<HashMap<String, RuntimePod>>;
@@ -86,12 +88,16 @@ fn group(
         };
         let fp = pods.entry(uid.clone()).or_default();
         (&sb.id, sb.state).hash(&mut fp.hasher);
-        fp.pod.get_or_insert(RuntimePod {
+        let pod = fp.pod.get_or_insert(RuntimePod {
             uid,
             name,
             namespace,
             running_containers: 0,
+            ready_sandboxes: 0,
         });
+        if sb.state == api::PodSandboxState::SandboxReady as i32 {
+            pod.ready_sandboxes += 1;
+        }
     }
     let mut sorted_c: Vec<&api::Container> = containers.iter().collect();
     sorted_c.sort_by(|a, b| a.id.cmp(&b.id));
@@ -106,6 +112,7 @@ fn group(
             name,
             namespace,
             running_containers: 0,
+            ready_sandboxes: 0,
         });
         if c.state == api::ContainerState::ContainerRunning as i32 {
             pod.running_containers += 1;

@@ -105,7 +105,7 @@ impl RuntimeSettings {
         let cfg = &settings.config;
         RuntimeSettings {
             node_ip: host.node_ip.clone(),
-            logs_root: PathBuf::from(paths::POD_LOGS_ROOT),
+            logs_root: PathBuf::from(&cfg.pod_logs_dir),
             root_dir: settings.flags.root_dir.clone(),
             dns: dns::DnsSettings {
                 cluster_dns: cfg.cluster_dns.clone(),
@@ -395,7 +395,6 @@ impl RuntimeManager {
             )
             .await;
         }
-        self.prune_dead(pod, observed).await;
         Ok(outcome)
     }
 
@@ -845,63 +844,6 @@ impl RuntimeManager {
         .map_err(|e| e.to_string())
     }
 
-    /// Keeps the newest attempt of each container plus one dead one (for `lastState` and
-    /// `logs --previous`), and the newest sandbox; older attempts with their log files, and
-    /// dead sandboxes nothing refers to any more, go, so restarts do not pile up.
-    async fn prune_dead(&self, pod: &Pod, observed: &ObservedPod) {
-        self.prune_dead_containers(pod, observed).await;
-        let newest = observed.newest_sandbox().map(|s| s.id.as_str());
-        for sb in observed.sandboxes.iter().filter(|s| !s.ready) {
-            let in_use = observed.containers.iter().any(|c| c.sandbox_id == sb.id);
-            if Some(sb.id.as_str()) == newest || in_use {
-                continue;
-            }
-            if let Err(e) = self.cri.remove_pod_sandbox(&sb.id).await {
-                warn!(sandbox = %sb.id, err = %e, "Failed to remove dead sandbox");
-            }
-        }
-    }
-
-    async fn prune_dead_containers(&self, pod: &Pod, observed: &ObservedPod) {
-        let mut seen: HashMap<&str, usize> = HashMap::new();
-        let mut doomed = Vec::new();
-        for c in &observed.containers {
-            let n = seen.entry(c.name.as_str()).or_default();
-            *n += 1;
-            if *n > 2 && c.state == ContainerState::Exited {
-                doomed.push(c);
-            }
-        }
-        for c in doomed {
-            if let Err(e) = self.cri.remove_container(&c.id).await {
-                warn!(container = %c.id, err = %e, "Failed to remove dead container");
-                continue;
-            }
-            self.remove_log_file(pod, c).await;
-        }
-    }
-
-    async fn remove_log_file(&self, pod: &Pod, c: &ContainerInfo) {
-        let m = &pod.metadata;
-        let path = paths::pod_log_dir(
-            &self.settings.logs_root,
-            m.namespace.as_deref().unwrap_or_default(),
-            m.name.as_deref().unwrap_or_default(),
-            m.uid.as_deref().unwrap_or_default(),
-        )
-        .join(paths::container_log_path(&c.name, c.attempt));
-        // Its rotated files too, as upstream's log manager cleans a removed container.
-        let log = path.clone();
-        let removed =
-            tokio::task::spawn_blocking(move || crate::logrotate::files::remove_with_rotated(&log))
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|r| r.map_err(|e| e.to_string()));
-        if let Err(e) = removed {
-            warn!(path = %path.display(), err = %e, "Failed to remove container log");
-        }
-    }
-
     /// Stops every container (in parallel, each with the grace period) and then the sandboxes.
     pub async fn kill_pod(
         &self,
@@ -937,31 +879,10 @@ impl RuntimeManager {
         Ok(())
     }
 
-    /// Removes what the runtime holds of a pod that is gone: containers, sandboxes, logs, its
-    /// cgroup. (Its folder and volumes are the volume manager's.)
-    pub async fn remove_pod(
-        &self,
-        uid: &str,
-        namespace: &str,
-        name: &str,
-        observed: &ObservedPod,
-    ) -> Result<(), RuntimeError> {
-        for c in &observed.containers {
-            match self.cri.remove_container(&c.id).await {
-                Err(e) if !e.is_not_found() => return Err(cri("RemoveContainer")(e)),
-                _ => {}
-            }
-        }
-        for sb in &observed.sandboxes {
-            match self.cri.remove_pod_sandbox(&sb.id).await {
-                Err(e) if !e.is_not_found() => return Err(cri("RemovePodSandbox")(e)),
-                _ => {}
-            }
-        }
-        if !name.is_empty() {
-            let dir = paths::pod_log_dir(&self.settings.logs_root, namespace, name, uid);
-            remove_dir_if_present(&dir).await?;
-        }
+    /// Removes the cgroup of a pod that is gone. Its stopped containers, sandboxes and logs
+    /// stay for the container garbage collector, which takes the logs only after the
+    /// containers (its folder and volumes are the volume manager's).
+    pub async fn remove_pod(&self, uid: &str) -> Result<(), RuntimeError> {
         let cgroups = self.cgroups.clone();
         let uid = uid.to_string();
         tokio::task::spawn_blocking(move || cgroups.remove_pod_cgroup(&uid))
@@ -990,14 +911,4 @@ fn termination_message(status: &api::ContainerStatus, exit_code: i32) -> String 
         return termination_message::message_from_log(&status.log_path).unwrap_or_default();
     }
     status.message.clone()
-}
-
-async fn remove_dir_if_present(dir: &std::path::Path) -> Result<(), RuntimeError> {
-    match tokio::fs::remove_dir_all(dir).await {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(RuntimeError::Io {
-            path: dir.to_path_buf(),
-            source: e,
-        }),
-        _ => Ok(()),
-    }
 }

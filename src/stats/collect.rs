@@ -330,13 +330,8 @@ impl StatsProvider {
             .filter_map(|c| {
                 let s = view.sandboxes.iter().find(|s| s.id == c.pod_sandbox_id)?;
                 let m = s.metadata.as_ref()?;
-                let dir = paths::pod_log_dir(
-                    Path::new(paths::POD_LOGS_ROOT),
-                    &m.namespace,
-                    &m.name,
-                    &m.uid,
-                )
-                .join(&c.metadata.as_ref()?.name);
+                let dir = paths::pod_log_dir(&self.pod_logs_dir, &m.namespace, &m.name, &m.uid)
+                    .join(&c.metadata.as_ref()?.name);
                 Some((c.id.clone(), dir))
             })
             .collect();

@@ -74,6 +74,8 @@ pub struct StatsProvider {
     cgroups: Arc<CgroupManager>,
     status: Arc<StatusStore>,
     root_dir: PathBuf,
+    /// `podLogsDir`, where container logs are measured.
+    pod_logs_dir: PathBuf,
     node_name: String,
     /// The cgroup holding every pod ("<cgroupRoot>/kubepods"), with cgroupsPerQOS.
     kubepods: Option<String>,
@@ -99,6 +101,7 @@ impl StatsProvider {
             cgroups,
             status,
             root_dir,
+            pod_logs_dir: PathBuf::from(crate::runtime::paths::POD_LOGS_ROOT),
             node_name,
             kubepods,
             rates: rate::CpuRates::default(),
@@ -106,6 +109,12 @@ impl StatsProvider {
             pids: Mutex::default(),
             no_sandbox_stats: AtomicBool::new(false),
         }
+    }
+
+    /// Container logs live under `dir` (`podLogsDir`) instead of /var/log/pods.
+    pub fn with_pod_logs_dir(mut self, dir: PathBuf) -> Self {
+        self.pod_logs_dir = dir;
+        self
     }
 
     /// The Summary as `/stats/summary` serves it; usageNanoCores from the sampler's last rate.

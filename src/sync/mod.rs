@@ -135,6 +135,8 @@ pub struct SyncLoop {
     ctx: Arc<WorkerContext>,
     done_rx: mpsc::Receiver<String>,
     health: Arc<SyncLoopHealth>,
+    /// The pods with workers, as the garbage collectors see them.
+    known: Arc<crate::gc::KnownPods>,
     cancel: CancellationToken,
 }
 
@@ -171,11 +173,20 @@ impl SyncLoop {
             }),
             done_rx,
             health,
+            known: Arc::default(),
             cancel,
         }
     }
 
+    /// Shares which pods have workers with the garbage collectors.
+    pub fn with_known_pods(mut self, known: Arc<crate::gc::KnownPods>) -> Self {
+        self.known = known;
+        self
+    }
+
     fn spawn(&mut self, uid: String, desired: Desired) {
+        // Known before the worker can create anything, so no collector takes it for gone.
+        self.known.insert(&uid);
         let handle = WorkerHandle::spawn(
             uid.clone(),
             desired,
@@ -210,6 +221,9 @@ impl SyncLoop {
                     }
                     if new && (finished(&pod) || !self.admitted(&pod)) {
                         crate::startup::tracker().forget(&uid);
+                        // No worker, but the pod exists: its dead containers and logs stay
+                        // (`kubectl logs` of a completed pod) until its source removes it.
+                        self.known.insert(&uid);
                         continue;
                     }
                     if let Some(w) = self.workers.get_mut(&uid).filter(|w| !w.is_terminating()) {
@@ -282,6 +296,7 @@ impl SyncLoop {
         if self.rejected.remove(&uid) {
             // Never started: nothing to stop, only the object to let go.
             self.ctx.status.finish(&uid, &pod);
+            self.known.forget(&uid);
             return;
         }
         let grace = grace_of(&pod);
@@ -321,13 +336,20 @@ impl SyncLoop {
             crate::startup::tracker().mark(&uid_of(&pod), crate::startup::Phase::Admitted);
             self.spawn(uid_of(&pod), Desired::Run(pod));
         }
+        // What the pod left in the runtime and its logs are the garbage collector's now,
+        // unless the same pod (a manifest put back) starts again at once.
+        if !self.workers.contains_key(uid) {
+            self.known.forget(uid);
+        }
     }
 
-    /// Pods in the runtime that no source wants are terminated, once every source has spoken
-    /// (before that, an unknown pod may just not have been read yet).
+    /// Pods in the runtime that no source wants and that still run something are terminated,
+    /// once every source has spoken (before that, an unknown pod may just not have been read
+    /// yet). What a stopped pod left behind is the container garbage collector's.
     fn cleanup_orphans(&mut self, runtime_pods: &RuntimePods) {
         for (uid, rp) in runtime_pods.iter() {
-            if self.workers.contains_key(uid) {
+            let active = rp.running_containers > 0 || rp.ready_sandboxes > 0;
+            if !active || self.workers.contains_key(uid) {
                 continue;
             }
             info!(pod = %format!("{}/{}", rp.namespace, rp.name), %uid, "Cleaning up pod no source knows");
@@ -388,6 +410,7 @@ impl SyncLoop {
                         }
                         let pods = inputs.runtime_pods.borrow().clone();
                         self.cleanup_orphans(&pods);
+                        self.known.mark_synced();
                     }
                 }
             }

@@ -407,23 +407,17 @@ async fn terminate(
     removed
 }
 
-/// What is left of a stopped pod: its sandboxes and containers, then its folder.
+/// What is left of a stopped pod: its cgroup, then its folder. Its stopped containers,
+/// sandboxes and logs go to the container garbage collector once the worker has finished.
 async fn remove(
     uid: &str,
     pod: &Pod,
     ctx: &WorkerContext,
 ) -> Result<(), crate::runtime::RuntimeError> {
-    // Containers stopped during the kill are listed again so none is missed by the removal.
-    let observed = ctx.runtime.pod_status(uid).await?;
     let meta = &pod.metadata;
-    let name = meta.name.clone().unwrap_or_else(|| observed.name.clone());
-    let namespace = meta
-        .namespace
-        .clone()
-        .unwrap_or_else(|| observed.namespace.clone());
-    ctx.runtime
-        .remove_pod(uid, &namespace, &name, &observed)
-        .await?;
+    let name = meta.name.clone().unwrap_or_default();
+    let namespace = meta.namespace.clone().unwrap_or_default();
+    ctx.runtime.remove_pod(uid).await?;
     if let Err(err) = ctx.volumes.teardown(uid).await {
         // Left for a later cleanup rather than retried forever: data may be mounted there.
         warn!(pod_uid = %uid, %err, "Could not remove the pod folder");

@@ -82,10 +82,15 @@ pub struct Kubelet {
     /// The authenticated API port (upstream's 10250).
     pub port: u16,
     pub log_path: PathBuf,
+    /// `podLogsDir` of this kubelet. Its own, because the container garbage collector
+    /// removes the log folders of pods it does not know (another test's, another run's).
+    pub pod_logs_dir: PathBuf,
     /// A command the kubelet runs under (e.g. entering a systemd node's namespaces).
     pub wrapper: Vec<String>,
     /// The CRI socket, when not the test bed's shared containerd.
     pub runtime_sock: Option<String>,
+    /// Extra environment for the kubelet process.
+    pub envs: Vec<(String, String)>,
     child: Option<Child>,
     runs: u32,
 }
@@ -118,8 +123,21 @@ impl Kubelet {
         let manifests = dir.path().join("manifests");
         let root_dir = dir.path().join("root");
         std::fs::create_dir_all(&manifests).unwrap();
+        let pod_logs_dir = dir.path().join("pod-logs");
+        let drop_ins = dir.path().join("config.d");
+        std::fs::create_dir_all(&drop_ins).unwrap();
+        std::fs::write(
+            drop_ins.join("00-pod-logs.conf"),
+            format!(
+                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+                 podLogsDir: {}\n",
+                pod_logs_dir.display()
+            ),
+        )
+        .unwrap();
         Kubelet {
             log_path: dir.path().join("kubelet.log"),
+            pod_logs_dir,
             manifests,
             root_dir,
             // Two test runs on one machine need separate cgroup roots (each kubelet removes pod
@@ -131,6 +149,7 @@ impl Kubelet {
             dir,
             wrapper: Vec::new(),
             runtime_sock: None,
+            envs: Vec::new(),
             child: None,
             runs: 0,
         }
@@ -171,12 +190,18 @@ impl Kubelet {
                 &format!("--port={}", self.port),
                 // The self-signed serving pair lands here rather than in /var/lib/kubelet/pki.
                 &format!("--cert-dir={}", self.dir.path().join("pki").display()),
+                // Drop-ins apply over any --config a test adds (see `pod_logs_dir`).
+                &format!(
+                    "--config-dir={}",
+                    self.dir.path().join("config.d").display()
+                ),
                 "--file-check-frequency=2s",
                 "--fail-swap-on=false",
                 "--v=3",
             ])
             .args(testbed_defaults(extra))
             .args(extra)
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .stdin(Stdio::null())
@@ -245,6 +270,18 @@ impl Kubelet {
         let tmp = self.dir.path().join(format!(".{file}.tmp"));
         std::fs::write(&tmp, body).unwrap();
         std::fs::rename(&tmp, self.manifests.join(file)).unwrap();
+    }
+
+    /// The log folder of a pod (`<podLogsDir>/<namespace>_<name>_<uid>`).
+    pub fn pod_log_dir(&self, pod: &Value) -> PathBuf {
+        let m = &pod["metadata"];
+        let get = |k: &str| m[k].as_str().unwrap_or_default().to_string();
+        self.pod_logs_dir.join(format!(
+            "{}_{}_{}",
+            get("namespace"),
+            get("name"),
+            get("uid")
+        ))
     }
 
     pub fn remove_manifest(&self, file: &str) {
