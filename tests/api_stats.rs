@@ -211,7 +211,10 @@ fn summary_and_metrics_for_a_running_pod() {
         line.contains("image=\"docker.io/library/busybox:1.36\""),
         "{line}"
     );
-    assert!(line.contains("id=\"/krs-it/kubepods/"), "{line}");
+    assert!(
+        line.contains(&format!("id=\"{}/kubepods/", k.cgroup_root)),
+        "{line}"
+    );
     assert!(
         cad.lines()
             .any(|l| l.starts_with("container_network_receive_bytes_total{")
