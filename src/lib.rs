@@ -4,8 +4,9 @@
 //! the sync loop (`sync`), which drives one worker per pod; workers ask the runtime manager
 //! (`runtime`) to converge the pod over the CRI (`cri`), with pod cgroups from `cm`. The PLEG
 //! (`pleg`) relists the runtime and wakes workers on change; `status` turns runtime state into
-//! API pod status; `server` and `podresources` serve what the kubelet knows. `kubelet` wires it
-//! all together.
+//! API pod status; `gc` collects what pods leave behind (dead containers, sandboxes, logs,
+//! unused images, orphaned pod folders); `server` and `podresources` serve what the kubelet
+//! knows. `kubelet` wires it all together.
 //!
 //! The library exists for the `kubelet` binary and the integration tests: only what they use is
 //! public.

@@ -85,6 +85,9 @@ pub struct Kubelet {
     /// `podLogsDir` of this kubelet. Its own, because the container garbage collector
     /// removes the log folders of pods it does not know (another test's, another run's).
     pub pod_logs_dir: PathBuf,
+    /// `--config-dir`: drop-ins here apply over any `--config` a test gives; the harness's
+    /// own is `00-test-bed.conf`, later names win.
+    pub drop_ins: PathBuf,
     /// A command the kubelet runs under (e.g. entering a systemd node's namespaces).
     pub wrapper: Vec<String>,
     /// The CRI socket, when not the test bed's shared containerd.
@@ -126,11 +129,14 @@ impl Kubelet {
         let pod_logs_dir = dir.path().join("pod-logs");
         let drop_ins = dir.path().join("config.d");
         std::fs::create_dir_all(&drop_ins).unwrap();
+        // The image collector is off (as upstream's at 100%): this machine's disk is often
+        // fuller than the default 85%, and a collecting kubelet would remove the bed's images
+        // (busybox) whenever no pod of the moment uses them. tests/gc.rs turns it on.
         std::fs::write(
-            drop_ins.join("00-pod-logs.conf"),
+            drop_ins.join("00-test-bed.conf"),
             format!(
                 "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-                 podLogsDir: {}\n",
+                 podLogsDir: {}\nimageGCHighThresholdPercent: 100\n",
                 pod_logs_dir.display()
             ),
         )
@@ -138,6 +144,7 @@ impl Kubelet {
         Kubelet {
             log_path: dir.path().join("kubelet.log"),
             pod_logs_dir,
+            drop_ins,
             manifests,
             root_dir,
             // Two test runs on one machine need separate cgroup roots (each kubelet removes pod
