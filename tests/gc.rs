@@ -159,6 +159,10 @@ fn image_gc_removes_an_unused_image_and_keeps_used_ones() {
 fn dead_containers_are_collected_and_logs_outlive_them() {
     let _g = serial();
     let mut k = Kubelet::new("gc-containers");
+    // A pod folder no pod owns (removed while the kubelet was down) goes once it starts.
+    let orphan = k.root_dir.join("pods/00000000-0000-0000-0000-00000000dead");
+    std::fs::create_dir_all(orphan.join("volumes/kubernetes.io~empty-dir")).unwrap();
+    std::fs::write(orphan.join("etc-hosts"), "127.0.0.1 localhost\n").unwrap();
     k.envs
         .push(("KUBELET_RS_TEST_CONTAINER_GC_PERIOD".into(), "2s".into()));
     k.write_manifest(
@@ -170,6 +174,11 @@ fn dead_containers_are_collected_and_logs_outlive_them() {
         &pod_yaml("steady", "Always", 2, "echo steady-output; exec sleep 3600"),
     );
     k.start();
+    wait_for(
+        Duration::from_secs(15),
+        "the orphaned pod folder to go",
+        || (!orphan.exists()).then_some(()),
+    );
 
     // A crash-looping container keeps one dead attempt (maximum-dead-containers-per-container
     // 1) beside the current one, however often it restarts.

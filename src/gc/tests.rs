@@ -486,3 +486,55 @@ async fn logs_stay_while_a_container_of_the_gone_pod_cannot_be_removed() {
     assert!(cri.runtime.containers().is_empty());
     assert!(!logs.path().join("default_web_gone").exists());
 }
+
+#[tokio::test]
+async fn orphaned_pod_folders_go_once_sources_are_synced() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let pods_dir = root.path().join("pods");
+    for uid in ["orphan", "known", "running"] {
+        std::fs::create_dir_all(pods_dir.join(uid).join("volumes")).expect("pod dir");
+    }
+    let known = Arc::new(KnownPods::default());
+    known.insert("known");
+    let running = crate::pleg::RuntimePod {
+        uid: "running".into(),
+        name: "web".into(),
+        namespace: "default".into(),
+        running_containers: 1,
+        ready_sandboxes: 1,
+    };
+    let (_tx, runtime_pods) =
+        tokio::sync::watch::channel(Arc::new(HashMap::from([("running".to_string(), running)])));
+    let volumes = Arc::new(crate::volume::VolumeManager::new(
+        root.path().to_path_buf(),
+        None,
+        crate::fieldpath::NodeAllocatable::default(),
+        EventRecorder::default(),
+    ));
+    let sweeper = super::pod_dirs::OrphanDirs {
+        pods_dir: pods_dir.clone(),
+        known: known.clone(),
+        volumes,
+        runtime_pods,
+    };
+    let cancel = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(sweeper.run(cancel.child_token()));
+    // Not before every source has spoken.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(pods_dir.join("orphan").exists());
+    known.mark_synced();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while pods_dir.join("orphan").exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "orphan folder still there"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(pods_dir.join("known").exists());
+    assert!(
+        pods_dir.join("running").exists(),
+        "a pod that still runs keeps its folder"
+    );
+    cancel.cancel();
+}
