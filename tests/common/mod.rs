@@ -98,25 +98,6 @@ pub struct Kubelet {
     runs: u32,
 }
 
-/// This machine's disk is often more than 85 % full (builds, other tests): upstream's default
-/// thresholds would put every test node under disk pressure and let image GC delete imported
-/// images nothing can pull again. The test bed's settings (as e2e/run.sh's) apply unless the
-/// test sets the flag itself.
-fn testbed_defaults(extra: &[&str]) -> Vec<String> {
-    [
-        "--eviction-hard=memory.available<100Mi,nodefs.available<1%,imagefs.available<1%",
-        "--image-gc-high-threshold=100",
-        "--image-gc-low-threshold=99",
-    ]
-    .into_iter()
-    .filter(|d| {
-        let flag = d.split('=').next().unwrap_or_default();
-        !extra.iter().any(|e| e.split('=').next() == Some(flag))
-    })
-    .map(String::from)
-    .collect()
-}
-
 impl Kubelet {
     pub fn new(test: &str) -> Self {
         let dir = tempfile::Builder::new()
@@ -129,14 +110,19 @@ impl Kubelet {
         let pod_logs_dir = dir.path().join("pod-logs");
         let drop_ins = dir.path().join("config.d");
         std::fs::create_dir_all(&drop_ins).unwrap();
-        // The image collector is off (as upstream's at 100%): this machine's disk is often
-        // fuller than the default 85%, and a collecting kubelet would remove the bed's images
-        // (busybox) whenever no pod of the moment uses them. tests/gc.rs turns it on.
+        // The image collector is off (as upstream's at 100%) and the disk thresholds are the
+        // test bed's (e2e/run.sh's): this machine's disk is often fuller than the default 85%,
+        // so a collecting kubelet would remove the bed's images (busybox) whenever no pod of
+        // the moment uses them, and `nodefs.available<10%` would put every node under disk
+        // pressure. tests/gc.rs turns the collector on; tests/eviction.rs sets its thresholds
+        // with flags, which win over drop-ins.
         std::fs::write(
             drop_ins.join("00-test-bed.conf"),
             format!(
                 "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-                 podLogsDir: {}\nimageGCHighThresholdPercent: 100\n",
+                 podLogsDir: {}\nimageGCHighThresholdPercent: 100\n\
+                 evictionHard:\n  memory.available: 100Mi\n  nodefs.available: \"1%\"\n  \
+                 imagefs.available: \"1%\"\n",
                 pod_logs_dir.display()
             ),
         )
@@ -206,7 +192,6 @@ impl Kubelet {
                 "--fail-swap-on=false",
                 "--v=3",
             ])
-            .args(testbed_defaults(extra))
             .args(extra)
             .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .stdout(log.try_clone().unwrap())
