@@ -54,14 +54,6 @@ fn pod(name: &str, go_dir: &str, fill_mib: u64, resources: serde_json::Value) ->
     .unwrap()
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 fn node_condition(node: &Node, type_: &str) -> Option<String> {
     node.status
         .as_ref()?
@@ -72,10 +64,70 @@ fn node_condition(node: &Node, type_: &str) -> Option<String> {
         .map(|c| c.status.clone())
 }
 
+async fn wait_running(pods: &Api<Pod>, names: &[&str]) {
+    for name in names {
+        wait_async(Duration::from_secs(90), &format!("{name} running"), || {
+            let pods = pods.clone();
+            async move {
+                let p = pods.get(name).await.ok()?;
+                (p.status?.phase.as_deref() == Some("Running")).then_some(())
+            }
+        })
+        .await;
+    }
+}
+
+async fn wait_condition(nodes: &Api<Node>, node: &str, type_: &str, want: &str) {
+    wait_async(
+        Duration::from_secs(60),
+        &format!("{type_} {want} on {node}"),
+        || {
+            let nodes = nodes.clone();
+            async move {
+                let n = nodes.get(node).await.ok()?;
+                (node_condition(&n, type_).as_deref() == Some(want)).then_some(())
+            }
+        },
+    )
+    .await;
+}
+
+/// The pods in the order they turn Failed (at most `count` of them, within 90 s), with the
+/// time since `since`, and whether the node showed the condition meanwhile.
+async fn failures(
+    pods: &Api<Pod>,
+    nodes: &Api<Node>,
+    (node, condition): (&str, &str),
+    names: &[&str],
+    count: usize,
+    since: Instant,
+) -> (Vec<(String, Duration)>, bool) {
+    let mut failed: Vec<(String, Duration)> = Vec::new();
+    let mut saw_pressure = false;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while failed.len() < count && Instant::now() < deadline {
+        for name in names {
+            if failed.iter().any(|(n, _)| n == name) {
+                continue;
+            }
+            if let Ok(p) = pods.get(name).await
+                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
+            {
+                failed.push((name.to_string(), since.elapsed()));
+            }
+        }
+        if let Ok(n) = nodes.get(node).await {
+            saw_pressure |= node_condition(&n, condition).as_deref() == Some("True");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (failed, saw_pressure)
+}
+
 #[test]
 fn memory_pressure_evicts_best_effort_then_burstable_and_clears() {
     let _guard = serial();
-    runtime().block_on(memory_pressure());
+    multi_thread_runtime().block_on(memory_pressure());
 }
 
 async fn memory_pressure() {
@@ -144,16 +196,7 @@ async fn memory_pressure() {
     ] {
         pods.create(&PostParams::default(), &p).await.unwrap();
     }
-    for name in &names[..3] {
-        wait_async(Duration::from_secs(90), &format!("{name} running"), || {
-            let pods = pods.clone();
-            async move {
-                let p = pods.get(name).await.ok()?;
-                (p.status?.phase.as_deref() == Some("Running")).then_some(())
-            }
-        })
-        .await;
-    }
+    wait_running(&pods, &names[..3]).await;
     let node = nodes.get(NODE_NAME).await.unwrap();
     assert_eq!(
         node_condition(&node, "MemoryPressure").as_deref(),
@@ -163,25 +206,15 @@ async fn memory_pressure() {
     // Cross the threshold; record the order the pods fail in.
     let crossed = Instant::now();
     std::fs::write(go.join("now"), "").unwrap();
-    let mut failed: Vec<(String, Duration)> = Vec::new();
-    let mut saw_pressure = false;
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while failed.len() < 2 && Instant::now() < deadline {
-        for name in &names[..3] {
-            if failed.iter().any(|(n, _)| n == name) {
-                continue;
-            }
-            if let Ok(p) = pods.get(name).await
-                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
-            {
-                failed.push((name.to_string(), crossed.elapsed()));
-            }
-        }
-        if let Ok(n) = nodes.get(NODE_NAME).await {
-            saw_pressure |= node_condition(&n, "MemoryPressure").as_deref() == Some("True");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (failed, saw_pressure) = failures(
+        &pods,
+        &nodes,
+        (NODE_NAME, "MemoryPressure"),
+        &names[..3],
+        2,
+        crossed,
+    )
+    .await;
     eprintln!("failed in order: {failed:?}");
     let order: Vec<&str> = failed.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(
@@ -257,18 +290,7 @@ async fn memory_pressure() {
         }
     })
     .await;
-    wait_async(
-        Duration::from_secs(60),
-        "MemoryPressure False again",
-        || {
-            let nodes = nodes.clone();
-            async move {
-                let n = nodes.get(NODE_NAME).await.ok()?;
-                (node_condition(&n, "MemoryPressure").as_deref() == Some("False")).then_some(())
-            }
-        },
-    )
-    .await;
+    wait_condition(&nodes, NODE_NAME, "MemoryPressure", "False").await;
     let g = pods.get("krs-evict-g").await.unwrap();
     assert_eq!(g.status.unwrap().phase.as_deref(), Some("Running"));
     let log = k.log();
@@ -305,7 +327,7 @@ async fn memory_pressure() {
 #[test]
 fn disk_pressure_evicts_by_usage_above_requests_and_clears() {
     let _guard = serial();
-    runtime().block_on(disk_pressure());
+    multi_thread_runtime().block_on(disk_pressure());
 }
 
 fn writer(name: &str, go_dir: &str, write_mib: u64, resources: serde_json::Value) -> Pod {
@@ -383,38 +405,21 @@ async fn disk_pressure() {
     ] {
         pods.create(&PostParams::default(), &p).await.unwrap();
     }
-    for name in names {
-        wait_async(Duration::from_secs(90), &format!("{name} running"), || {
-            let pods = pods.clone();
-            async move {
-                let p = pods.get(name).await.ok()?;
-                (p.status?.phase.as_deref() == Some("Running")).then_some(())
-            }
-        })
-        .await;
-    }
+    wait_running(&pods, &names).await;
+    let crossed = Instant::now();
     std::fs::write(go.join("now"), "").unwrap();
-    let mut failed: Vec<String> = Vec::new();
-    let mut saw_pressure = false;
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while failed.len() < 2 && Instant::now() < deadline {
-        for name in names {
-            if failed.iter().any(|n| n == name) {
-                continue;
-            }
-            if let Ok(p) = pods.get(name).await
-                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
-            {
-                failed.push(name.to_string());
-            }
-        }
-        if let Ok(n) = nodes.get(DISK_NODE).await {
-            saw_pressure |= node_condition(&n, "DiskPressure").as_deref() == Some("True");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let (failed, saw_pressure) = failures(
+        &pods,
+        &nodes,
+        (DISK_NODE, "DiskPressure"),
+        &names,
+        2,
+        crossed,
+    )
+    .await;
+    let order: Vec<&str> = failed.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(
-        failed,
+        order,
         ["krs-disk-be", "krs-disk-bu"],
         "log:\n{}",
         tail(&k.log(), 80)
@@ -429,14 +434,7 @@ async fn disk_pressure() {
         ),
         "{msg}"
     );
-    wait_async(Duration::from_secs(60), "DiskPressure False again", || {
-        let nodes = nodes.clone();
-        async move {
-            let n = nodes.get(DISK_NODE).await.ok()?;
-            (node_condition(&n, "DiskPressure").as_deref() == Some("False")).then_some(())
-        }
-    })
-    .await;
+    wait_condition(&nodes, DISK_NODE, "DiskPressure", "False").await;
     let g = pods.get("krs-disk-g").await.unwrap();
     assert_eq!(g.status.unwrap().phase.as_deref(), Some("Running"));
 

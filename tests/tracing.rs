@@ -102,18 +102,10 @@ fn pod_of(s: &SpanRecord) -> Option<&str> {
     s.attr("k8s.pod.name")
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 #[test]
 fn pod_syncs_are_exported_as_traces() {
     let _guard = serial();
-    runtime().block_on(traced_pods());
+    multi_thread_runtime().block_on(traced_pods());
 }
 
 async fn traced_pods() {

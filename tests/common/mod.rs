@@ -559,6 +559,16 @@ pub async fn admin_client() -> kube::Client {
     kube::Client::try_from(cfg).expect("admin client")
 }
 
+/// A runtime for a test that drives API clients: two workers, so the blocking helpers in the
+/// test never stall the client's own tasks.
+pub fn multi_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 pub async fn wait_async<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
 where
     F: FnMut() -> Fut,
