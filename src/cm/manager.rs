@@ -231,7 +231,6 @@ impl CgroupManager {
     }
 
     /// UIDs of all pod cgroups present in any hierarchy (for orphan cleanup).
-    #[cfg(test)]
     pub fn list_pod_uids(&self) -> Result<Vec<String>, CgroupError> {
         use std::collections::BTreeSet;
         if !self.cgroups_per_qos {

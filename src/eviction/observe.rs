@@ -12,6 +12,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tracing::debug;
@@ -31,6 +32,18 @@ pub struct Probe {
     cgroups: Arc<CgroupManager>,
     root_dir: PathBuf,
     cri: RuntimeClient,
+    /// A full look still running on a blocking thread (a hung statvfs): the next one is
+    /// skipped rather than stacking threads up.
+    looking: Arc<AtomicBool>,
+}
+
+/// Clears the flag when the blocking work ends, however late.
+struct Done(Arc<AtomicBool>);
+
+impl Drop for Done {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 /// What a full look found beside the observations.
@@ -129,6 +142,7 @@ impl Probe {
             cgroups,
             root_dir,
             cri,
+            looking: Arc::default(),
         }
     }
 
@@ -151,20 +165,21 @@ impl Probe {
     pub async fn look(&self) -> Look {
         // The image filesystem's mountpoint comes from the runtime (bounded by its timeout).
         let image_mount = match self.cri.image_fs_info().await {
-            Ok(r) => r
-                .image_filesystems
-                .first()
-                .and_then(|u| u.fs_id.as_ref())
-                .map(|f| PathBuf::from(&f.mountpoint))
-                .filter(|p| !p.as_os_str().is_empty()),
+            Ok(r) => crate::stats::fs::image_fs_mountpoint(&r),
             Err(err) => {
                 debug!(%err, "Eviction manager: ImageFsInfo failed");
                 None
             }
         };
+        if self.looking.swap(true, Ordering::AcqRel) {
+            debug!("Eviction manager: the last look is still running");
+            return Look::default();
+        }
+        let done = Done(self.looking.clone());
         let cgroups = self.cgroups.clone();
         let root = self.root_dir.clone();
         Self::blocking(move || {
+            let _done = done;
             let mut observations = memory_now(&cgroups);
             fs_observations(
                 &root,

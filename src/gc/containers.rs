@@ -96,9 +96,11 @@ impl ContainerGc {
         let log_path = match cri.container_status(&dead.id).await {
             Ok(s) => Some(s.log_path).filter(|p| !p.is_empty()),
             Err(err) if err.is_not_found() => None,
+            // Without its log path the log would outlive the container for good: the next
+            // pass tries again.
             Err(err) => {
                 debug!(container_id = %dead.id, %err, "Container status before removal");
-                None
+                return;
             }
         };
         debug!(container_id = %dead.id, pod_uid = %dead.pod_uid, name = %dead.name, "Removing container");
@@ -134,9 +136,18 @@ impl ContainerGc {
 
     async fn evict_sandboxes(&self, evict_non_deleted: bool) -> Result<(), GcError> {
         let cri = &self.inner.cri;
-        let (containers, sandboxes) =
-            tokio::try_join!(cri.list_containers(None), cri.list_pod_sandbox(None))
-                .map_err(GcError::cri("ListPodSandbox"))?;
+        let (containers, sandboxes) = tokio::try_join!(
+            async {
+                cri.list_containers(None)
+                    .await
+                    .map_err(GcError::cri("ListContainers"))
+            },
+            async {
+                cri.list_pod_sandbox(None)
+                    .await
+                    .map_err(GcError::cri("ListPodSandbox"))
+            },
+        )?;
         let states = self.states();
         for id in select::sandboxes_to_remove(&sandboxes, &containers, &states, evict_non_deleted) {
             debug!(sandbox_id = %id, "Removing sandbox");

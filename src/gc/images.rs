@@ -5,7 +5,7 @@
 //! so do images the runtime pins and the configured sandbox image.
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -18,9 +18,6 @@ use crate::events::{EventRecorder, EventType};
 
 /// Upstream's ImageGCPeriod.
 pub const PERIOD: Duration = Duration::from_secs(300);
-/// How long a statvfs of the image filesystem may take.
-const STATVFS_WAIT: Duration = Duration::from_secs(5);
-
 /// The `reason` label of kubelet_image_garbage_collected_total.
 pub const REASON_AGE: &str = "age";
 pub const REASON_SPACE: &str = "space";
@@ -153,6 +150,8 @@ struct Inner {
     events: EventRecorder,
     node_name: String,
     records: Mutex<HashMap<String, Record>>,
+    /// statvfs bounded, and never started again while a hung one runs.
+    fs: crate::stats::fs::FsProbe,
 }
 
 /// The image collector. Clones share their records.
@@ -177,6 +176,7 @@ impl ImageGc {
                 events,
                 node_name,
                 records: Mutex::new(HashMap::new()),
+                fs: crate::stats::fs::FsProbe::default(),
             }),
         }
     }
@@ -329,31 +329,16 @@ impl ImageGc {
             .image_fs_info()
             .await
             .map_err(GcError::cri("ImageFsInfo"))?;
-        let mountpoint = info
-            .image_filesystems
-            .first()
-            .and_then(|u| u.fs_id.as_ref())
-            .map(|f| PathBuf::from(&f.mountpoint))
-            .filter(|m| !m.as_os_str().is_empty())
-            .ok_or(GcError::NoImageFs)?;
-        let path = mountpoint.clone();
-        let task = tokio::task::spawn_blocking(move || crate::stats::fs::statvfs(&path));
-        let fs = match tokio::time::timeout(STATVFS_WAIT, task).await {
-            Ok(Ok(Ok(fs))) => fs,
-            Ok(Ok(Err(e))) => {
-                return Err(GcError::ImageFsStats {
-                    path: mountpoint,
-                    reason: e.to_string(),
-                });
-            }
-            Ok(Err(e)) => return Err(GcError::Blocking(e.to_string())),
-            Err(_) => {
-                return Err(GcError::ImageFsStats {
-                    path: mountpoint,
-                    reason: format!("statvfs took longer than {STATVFS_WAIT:?}"),
-                });
-            }
-        };
+        let mountpoint = crate::stats::fs::image_fs_mountpoint(&info).ok_or(GcError::NoImageFs)?;
+        let fs = self
+            .inner
+            .fs
+            .statvfs(&mountpoint)
+            .await
+            .map_err(|e| GcError::ImageFsStats {
+                path: mountpoint.clone(),
+                reason: e.to_string(),
+            })?;
         Ok((fs.capacity, fs.available))
     }
 

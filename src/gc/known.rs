@@ -1,6 +1,6 @@
 //! Which pods the kubelet still has: the collectors may only take what belongs to pods that are
-//! gone. The sync loop records every pod it hands to a worker and forgets it when the worker
-//! has finished with it; until every pod source has spoken and the sync loop has seen what they
+//! gone. The sync loop records every pod its sources hold (with a worker, or finished or
+//! rejected without one) and forgets it when the pod is removed; until every pod source has spoken and the sync loop has seen what they
 //! said, no pod counts as gone (a pod not read yet must not lose its logs).
 
 use std::collections::HashSet;
@@ -16,7 +16,7 @@ struct Inner {
     synced: bool,
 }
 
-/// The pods the sync loop has workers for. Bounded by those workers.
+/// The pods the sync loop holds. Bounded by the pods its sources hold.
 #[derive(Default)]
 pub struct KnownPods {
     inner: Mutex<Inner>,

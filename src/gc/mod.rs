@@ -72,8 +72,6 @@ pub enum GcError {
         #[source]
         source: std::io::Error,
     },
-    #[error("blocking task failed: {0}")]
-    Blocking(String),
     /// Several steps of a pass failed.
     #[error("{0}")]
     Aggregate(String),
@@ -146,15 +144,12 @@ pub struct GcInputs {
     pub known: Arc<KnownPods>,
     pub status: Arc<StatusStore>,
     pub volumes: Arc<VolumeManager>,
+    pub cgroups: Arc<crate::cm::CgroupManager>,
     pub runtime_pods: watch::Receiver<RuntimePods>,
 }
 
 /// Handles on the running collectors, for the eviction manager.
 #[derive(Clone)]
-#[allow(
-    dead_code,
-    reason = "the eviction manager, merged separately, is the caller"
-)]
 pub struct Collectors {
     pub images: ImageGc,
     pub containers: ContainerGc,
@@ -205,6 +200,7 @@ pub fn spawn(
         pods_dir: settings.pods_dir,
         known: inputs.known,
         volumes: inputs.volumes,
+        cgroups: inputs.cgroups,
         runtime_pods: inputs.runtime_pods,
     };
     tasks.background("orphaned pod folders", orphans.run(cancel.child_token()));

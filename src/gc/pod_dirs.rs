@@ -1,20 +1,24 @@
-//! Orphaned pod folders (`<root-dir>/pods/<uid>` of pods the kubelet no longer has), as
-//! upstream's housekeeping removes them: a pod removed while the kubelet was down, or whose
-//! teardown failed, leaves one. The volume manager removes it; it refuses to delete through a
-//! volume that is still mounted, and such a folder is reported once and retried.
+//! Orphaned pod folders (`<root-dir>/pods/<uid>`) and pod cgroups of pods the kubelet no
+//! longer has, as upstream's housekeeping removes them: a pod removed while the kubelet was
+//! down, or whose teardown failed, leaves them. The volume manager removes a folder; it refuses
+//! to delete through a volume that is still mounted, and such a folder is reported once and
+//! retried. A removal that hangs (a stuck mount) is not started again while it runs, so stuck
+//! folders cannot use up the blocking threads.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::known::KnownPods;
+use crate::cm::CgroupManager;
 use crate::pleg::RuntimePods;
-use crate::volume::VolumeManager;
+use crate::volume::{VolumeError, VolumeManager};
 
 /// Upstream's housekeeping period.
 pub const PERIOD: Duration = Duration::from_secs(2);
@@ -25,13 +29,22 @@ pub struct OrphanDirs {
     pub pods_dir: PathBuf,
     pub known: Arc<KnownPods>,
     pub volumes: Arc<VolumeManager>,
+    pub cgroups: Arc<CgroupManager>,
     /// The runtime's pods: a folder whose pod still runs something is not touched.
     pub runtime_pods: watch::Receiver<RuntimePods>,
 }
 
+/// What one sweep carries over to the next; both bounded by the folders on disk.
+#[derive(Default)]
+struct Sweep {
+    /// Folders already reported as stuck.
+    warned: HashSet<String>,
+    /// Teardowns still running after their wait.
+    in_flight: HashMap<String, JoinHandle<Result<(), VolumeError>>>,
+}
+
 impl OrphanDirs {
-    /// One sweep; `warned` holds folders already reported as stuck (bounded by the folders).
-    async fn sweep(&self, warned: &mut HashSet<String>) {
+    async fn sweep(&self, state: &mut Sweep, cancel: &CancellationToken) {
         if !self.known.snapshot(None).synced {
             return;
         }
@@ -51,26 +64,69 @@ impl OrphanDirs {
             .filter(|p| p.running_containers > 0 || p.ready_sandboxes > 0)
             .map(|p| p.uid.clone())
             .collect();
-        warned.retain(|uid| uids.contains(uid));
+        state.warned.retain(|uid| uids.contains(uid));
+        state.in_flight.retain(|_, h| !h.is_finished());
         for uid in uids {
-            if !states.content_removable(&uid) || active.contains(&uid) {
+            if cancel.is_cancelled() {
+                return;
+            }
+            if !states.content_removable(&uid)
+                || active.contains(&uid)
+                || state.in_flight.contains_key(&uid)
+            {
                 continue;
             }
-            match tokio::time::timeout(TEARDOWN_WAIT, self.volumes.teardown(&uid)).await {
-                Ok(Ok(())) => {
+            let volumes = self.volumes.clone();
+            let task_uid = uid.clone();
+            let mut handle = tokio::spawn(async move { volumes.teardown(&task_uid).await });
+            match tokio::time::timeout(TEARDOWN_WAIT, &mut handle).await {
+                Ok(Ok(Ok(()))) => {
                     info!(pod_uid = %uid, "Removed orphaned pod folder");
-                    warned.remove(&uid);
+                    state.warned.remove(&uid);
                 }
-                Ok(Err(err)) => {
-                    if warned.insert(uid.clone()) {
+                Ok(Ok(Err(err))) => {
+                    if state.warned.insert(uid.clone()) {
                         warn!(pod_uid = %uid, %err, "Orphaned pod found, but its folder could not be removed");
                     }
                 }
+                Ok(Err(err)) => warn!(pod_uid = %uid, %err, "Orphaned pod folder removal failed"),
                 Err(_) => {
-                    if warned.insert(uid.clone()) {
+                    if state.warned.insert(uid.clone()) {
                         warn!(pod_uid = %uid, "Orphaned pod folder removal is taking long");
                     }
+                    state.in_flight.insert(uid, handle);
                 }
+            }
+        }
+        self.sweep_cgroups(&states, &active).await;
+    }
+
+    /// Pod cgroups of pods that are gone and run nothing (upstream's
+    /// cleanupOrphanedPodCgroups); the worker of a known pod removes its own.
+    async fn sweep_cgroups(&self, states: &super::known::PodStates, active: &HashSet<String>) {
+        let cgroups = self.cgroups.clone();
+        let doomed: Vec<String> = match tokio::time::timeout(
+            TEARDOWN_WAIT,
+            tokio::task::spawn_blocking(move || cgroups.list_pod_uids()),
+        )
+        .await
+        {
+            Ok(Ok(Ok(uids))) => uids
+                .into_iter()
+                .filter(|u| states.content_removable(u) && !active.contains(u))
+                .collect(),
+            _ => return,
+        };
+        for uid in doomed {
+            let cgroups = self.cgroups.clone();
+            let task_uid = uid.clone();
+            let removed = tokio::time::timeout(
+                TEARDOWN_WAIT,
+                tokio::task::spawn_blocking(move || cgroups.remove_pod_cgroup(&task_uid)),
+            )
+            .await;
+            if !matches!(removed, Ok(Ok(Ok(())))) {
+                warn!(pod_uid = %uid, "Orphaned pod cgroup could not be removed");
             }
         }
     }
@@ -79,13 +135,13 @@ impl OrphanDirs {
     pub async fn run(self, cancel: CancellationToken) {
         let mut tick = tokio::time::interval(PERIOD);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut warned = HashSet::new();
+        let mut state = Sweep::default();
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            self.sweep(&mut warned).await;
+            self.sweep(&mut state, &cancel).await;
         }
     }
 }

@@ -488,12 +488,24 @@ async fn logs_stay_while_a_container_of_the_gone_pod_cannot_be_removed() {
 }
 
 #[tokio::test]
-async fn orphaned_pod_folders_go_once_sources_are_synced() {
+async fn orphaned_pod_folders_and_cgroups_go_once_sources_are_synced() {
     let root = tempfile::tempdir().expect("tempdir");
     let pods_dir = root.path().join("pods");
     for uid in ["orphan", "known", "running"] {
         std::fs::create_dir_all(pods_dir.join(uid).join("volumes")).expect("pod dir");
     }
+    // A cgroupfs v2 tree of our own with a pod cgroup per pod.
+    let cgroup_fs = root.path().join("cgroupfs");
+    let base = cgroup_fs.join("sys/fs/cgroup");
+    std::fs::create_dir_all(&base).expect("cgroup tree");
+    std::fs::write(base.join("cgroup.controllers"), "cpu memory pids\n").expect("controllers");
+    let pod_cgroup = |uid: &str| base.join(format!("kubepods/besteffort/pod{uid}"));
+    for uid in ["0a0a0a0a-orphan", "known", "running"] {
+        std::fs::create_dir_all(pod_cgroup(uid)).expect("pod cgroup");
+    }
+    let cgroups = Arc::new(
+        crate::cm::CgroupManager::with_fs_root(&cgroup_fs, "", true).expect("cgroup manager"),
+    );
     let known = Arc::new(KnownPods::default());
     known.insert("known");
     let running = crate::pleg::RuntimePod {
@@ -515,6 +527,7 @@ async fn orphaned_pod_folders_go_once_sources_are_synced() {
         pods_dir: pods_dir.clone(),
         known: known.clone(),
         volumes,
+        cgroups,
         runtime_pods,
     };
     let cancel = tokio_util::sync::CancellationToken::new();
@@ -522,6 +535,7 @@ async fn orphaned_pod_folders_go_once_sources_are_synced() {
     // Not before every source has spoken.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(pods_dir.join("orphan").exists());
+    assert!(pod_cgroup("0a0a0a0a-orphan").exists());
     known.mark_synced();
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while pods_dir.join("orphan").exists() {
@@ -536,5 +550,15 @@ async fn orphaned_pod_folders_go_once_sources_are_synced() {
         pods_dir.join("running").exists(),
         "a pod that still runs keeps its folder"
     );
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while pod_cgroup("0a0a0a0a-orphan").exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "orphan cgroup still there"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(pod_cgroup("known").exists());
+    assert!(pod_cgroup("running").exists());
     cancel.cancel();
 }

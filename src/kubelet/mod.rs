@@ -173,6 +173,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         known: known_pods.clone(),
         status: status.clone(),
         volumes: volumes.clone(),
+        cgroups: cgroups.clone(),
         runtime_pods: pleg.runtime_pods.clone(),
     };
     // The eviction manager frees disk through the collectors before it evicts pods.

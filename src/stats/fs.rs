@@ -144,6 +144,16 @@ fn remember(cache: &Mutex<HashMap<PathBuf, (Instant, DiskUsage)>>, p: PathBuf, u
     }
 }
 
+/// The mountpoint of the filesystem the runtime keeps its images on (ImageFsInfo's first
+/// image filesystem), when it names one.
+pub fn image_fs_mountpoint(info: &crate::cri::api::ImageFsInfoResponse) -> Option<PathBuf> {
+    info.image_filesystems
+        .first()
+        .and_then(|u| u.fs_id.as_ref())
+        .map(|f| PathBuf::from(&f.mountpoint))
+        .filter(|m| !m.as_os_str().is_empty())
+}
+
 pub fn statvfs(path: &Path) -> Result<FsInfo, StatsError> {
     let s = crate::sys::statvfs(path).map_err(|source| StatsError::Io {
         path: path.to_path_buf(),

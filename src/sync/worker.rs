@@ -50,6 +50,8 @@ pub struct WorkerContext {
 }
 
 const RETRY_AFTER_ERROR: Duration = Duration::from_secs(5);
+/// How long a finished pod's volumes may take to be given back before the worker goes on.
+const RELEASE_WAIT: Duration = Duration::from_secs(10);
 
 pub struct WorkerHandle {
     full_name: String,
@@ -193,9 +195,17 @@ async fn run(uid: String, inputs: Inputs, ctx: Arc<WorkerContext>, cancel: Cance
                     && matches!(&result, Ok(o) if o.finished)
                     && status.as_ref().is_some_and(crate::status::has_finished)
                 {
-                    match ctx.volumes.release(&uid).await {
-                        Ok(()) => released = true,
-                        Err(err) => warn!(%err, "Could not release the finished pod's volumes"),
+                    // Bounded: a hung unmount must not keep the worker from a termination.
+                    match tokio::time::timeout(RELEASE_WAIT, ctx.volumes.release(&uid)).await {
+                        Ok(Ok(())) => released = true,
+                        Ok(Err(err)) => {
+                            warn!(%err, "Could not release the finished pod's volumes");
+                        }
+                        Err(_) => {
+                            // Left to finish on its blocking thread; not started again.
+                            released = true;
+                            warn!("Releasing the finished pod's volumes is taking long");
+                        }
                     }
                 }
                 let changed_meanwhile =
