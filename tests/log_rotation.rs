@@ -94,9 +94,9 @@ fn chatty_container_logs_rotate_and_stay_readable() {
         container_status(p, "main")["state"]["running"].is_object()
     });
     let uid = pod["metadata"]["uid"].as_str().unwrap().to_string();
-    let log: PathBuf = PathBuf::from(format!(
-        "/var/log/pods/default_chatty-{NODE}_{uid}/main/0.log"
-    ));
+    let log: PathBuf = k
+        .pod_logs_dir
+        .join(format!("default_chatty-{NODE}_{uid}/main/0.log"));
 
     // Watch the folder through several rotations.
     let bound = MAX_SIZE + (INTERVAL_SECS + 2) * MAX_LINES_PER_SEC * MAX_LINE;
@@ -267,10 +267,11 @@ fn kubectl(args: &[&str]) -> Command {
     cmd
 }
 
-/// The current log of the static pod `chatty` on `node`, once the kubelet has made it.
-fn find_log(node: &str) -> PathBuf {
+/// The current log of the static pod `chatty` on `node` under `pod_logs`, once the kubelet has
+/// made it.
+fn find_log(pod_logs: &Path, node: &str) -> PathBuf {
     wait_for(Duration::from_secs(90), "the chatty pod's log", || {
-        std::fs::read_dir("/var/log/pods")
+        std::fs::read_dir(pod_logs)
             .ok()?
             .flatten()
             .find(|e| {
@@ -298,7 +299,7 @@ fn kubectl_logs_shows_the_current_file_after_rotation() {
         API_NODE,
         &flags.iter().map(String::as_str).collect::<Vec<_>>(),
     );
-    let log = find_log(API_NODE);
+    let log = find_log(&k.pod_logs_dir, API_NODE);
     wait_for(Duration::from_secs(60), "two rotations", || {
         (rotated(&log).len() >= 2).then_some(())
     });
