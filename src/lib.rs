@@ -23,6 +23,7 @@ mod fieldpath;
 mod gc;
 mod grpc_uds;
 mod host;
+mod inflight;
 mod kubelet;
 mod logrotate;
 mod metrics;

@@ -12,7 +12,6 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tracing::debug;
@@ -34,16 +33,7 @@ pub struct Probe {
     cri: RuntimeClient,
     /// A full look still running on a blocking thread (a hung statvfs): the next one is
     /// skipped rather than stacking threads up.
-    looking: Arc<AtomicBool>,
-}
-
-/// Clears the flag when the blocking work ends, however late.
-struct Done(Arc<AtomicBool>);
-
-impl Drop for Done {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
-    }
+    looking: crate::inflight::InFlight,
 }
 
 /// What a full look found beside the observations.
@@ -142,7 +132,7 @@ impl Probe {
             cgroups,
             root_dir,
             cri,
-            looking: Arc::default(),
+            looking: Default::default(),
         }
     }
 
@@ -171,15 +161,14 @@ impl Probe {
                 None
             }
         };
-        if self.looking.swap(true, Ordering::AcqRel) {
+        let Some(mark) = self.looking.mark("look") else {
             debug!("Eviction manager: the last look is still running");
             return Look::default();
-        }
-        let done = Done(self.looking.clone());
+        };
         let cgroups = self.cgroups.clone();
         let root = self.root_dir.clone();
         Self::blocking(move || {
-            let _done = done;
+            let _mark = mark;
             let mut observations = memory_now(&cgroups);
             fs_observations(
                 &root,

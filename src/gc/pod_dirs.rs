@@ -5,20 +5,19 @@
 //! retried. A removal that hangs (a stuck mount) is not started again while it runs, so stuck
 //! folders cannot use up the blocking threads.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::known::KnownPods;
 use crate::cm::CgroupManager;
 use crate::pleg::RuntimePods;
-use crate::volume::{VolumeError, VolumeManager};
+use crate::volume::VolumeManager;
 
 /// Upstream's housekeeping period.
 pub const PERIOD: Duration = Duration::from_secs(2);
@@ -39,8 +38,8 @@ pub struct OrphanDirs {
 struct Sweep {
     /// Folders already reported as stuck.
     warned: HashSet<String>,
-    /// Teardowns still running after their wait.
-    in_flight: HashMap<String, JoinHandle<Result<(), VolumeError>>>,
+    /// Teardowns under way, until they really end (after their wait, too).
+    in_flight: crate::inflight::InFlight,
 }
 
 impl OrphanDirs {
@@ -65,21 +64,23 @@ impl OrphanDirs {
             .map(|p| p.uid.clone())
             .collect();
         state.warned.retain(|uid| uids.contains(uid));
-        state.in_flight.retain(|_, h| !h.is_finished());
         for uid in uids {
             if cancel.is_cancelled() {
                 return;
             }
-            if !states.content_removable(&uid)
-                || active.contains(&uid)
-                || state.in_flight.contains_key(&uid)
-            {
+            if !states.content_removable(&uid) || active.contains(&uid) {
                 continue;
             }
+            let Some(mark) = state.in_flight.mark(&uid) else {
+                continue;
+            };
             let volumes = self.volumes.clone();
             let task_uid = uid.clone();
-            let mut handle = tokio::spawn(async move { volumes.teardown(&task_uid).await });
-            match tokio::time::timeout(TEARDOWN_WAIT, &mut handle).await {
+            let handle = tokio::spawn(async move {
+                let _mark = mark;
+                volumes.teardown(&task_uid).await
+            });
+            match tokio::time::timeout(TEARDOWN_WAIT, handle).await {
                 Ok(Ok(Ok(()))) => {
                     info!(pod_uid = %uid, "Removed orphaned pod folder");
                     state.warned.remove(&uid);
@@ -94,7 +95,6 @@ impl OrphanDirs {
                     if state.warned.insert(uid.clone()) {
                         warn!(pod_uid = %uid, "Orphaned pod folder removal is taking long");
                     }
-                    state.in_flight.insert(uid, handle);
                 }
             }
         }

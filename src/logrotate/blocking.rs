@@ -7,51 +7,16 @@
 //! work really ends; a hung file system costs at most one thread per container on it and the
 //! other containers go on rotating.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{Semaphore, SemaphorePermit};
 
 use super::LogRotateError;
 
-/// The containers whose rotation is under way. Holds at most one entry per running container.
-#[derive(Clone, Default)]
-pub struct Busy(Arc<Mutex<HashSet<String>>>);
-
-/// A container's rotation under way; the container is free again when the last clone drops.
-pub struct Mark {
-    busy: Busy,
-    id: String,
-}
-
-impl Busy {
-    /// Marks `id` busy, or `None` when it already is.
-    pub fn mark(&self, id: &str) -> Option<Arc<Mark>> {
-        let fresh = self.lock().insert(id.to_string());
-        fresh.then(|| {
-            Arc::new(Mark {
-                busy: self.clone(),
-                id: id.to_string(),
-            })
-        })
-    }
-
-    #[cfg(test)]
-    pub fn contains(&self, id: &str) -> bool {
-        self.lock().contains(id)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-impl Drop for Mark {
-    fn drop(&mut self) {
-        self.busy.lock().remove(&self.id);
-    }
-}
+/// The containers whose rotation is under way (one entry per running container), and one
+/// container's rotation under way.
+pub use crate::inflight::{InFlight as Busy, Mark};
 
 /// A bounded lane: at most `width` jobs hold a place at once.
 #[derive(Clone)]
@@ -103,19 +68,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_container_is_busy_until_its_last_mark_drops() {
-        let busy = Busy::default();
-        let mark = busy.mark("a").unwrap();
-        assert!(busy.mark("a").is_none());
-        let held = Arc::clone(&mark);
-        drop(mark);
-        assert!(busy.contains("a"));
-        drop(held);
-        assert!(!busy.contains("a"));
-        assert!(busy.mark("a").is_some());
-    }
 
     #[tokio::test]
     async fn work_that_overruns_keeps_its_container_busy() {

@@ -46,20 +46,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 #[derive(Default)]
 pub struct FsProbe {
-    in_flight: Shared<HashSet<String>>,
+    in_flight: crate::inflight::InFlight,
     du_cache: Shared<HashMap<PathBuf, (Instant, DiskUsage)>>,
-}
-
-/// Releases a key when the blocking work finishes, however late that is.
-struct InFlight {
-    set: Shared<HashSet<String>>,
-    key: String,
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        lock(&self.set).remove(&self.key);
-    }
 }
 
 impl FsProbe {
@@ -68,15 +56,11 @@ impl FsProbe {
         T: Send + 'static,
         F: FnOnce() -> T + Send + 'static,
     {
-        if !lock(&self.in_flight).insert(key.clone()) {
+        let Some(mark) = self.in_flight.mark(&key) else {
             return Err(StatsError::Busy(key));
-        }
-        let guard = InFlight {
-            set: self.in_flight.clone(),
-            key: key.clone(),
         };
         let task = tokio::task::spawn_blocking(move || {
-            let _guard = guard;
+            let _mark = mark;
             f()
         });
         match tokio::time::timeout(wait, task).await {
@@ -251,7 +235,10 @@ mod tests {
         // Within the TTL the cached walk answers.
         assert_eq!(probe.disk_usage(d.path()).await.unwrap(), first);
 
-        lock(&probe.in_flight).insert(format!("statvfs {}", d.path().display()));
+        let _held = probe
+            .in_flight
+            .mark(&format!("statvfs {}", d.path().display()))
+            .unwrap();
         assert!(matches!(
             probe.statvfs(d.path()).await,
             Err(StatsError::Busy(_))
@@ -267,8 +254,8 @@ mod tests {
             })
             .await;
         assert!(matches!(r, Err(StatsError::Timeout { .. })));
-        assert!(lock(&probe.in_flight).contains("k"));
+        assert!(probe.in_flight.contains("k"));
         tokio::time::sleep(Duration::from_millis(400)).await;
-        assert!(!lock(&probe.in_flight).contains("k"));
+        assert!(!probe.in_flight.contains("k"));
     }
 }
