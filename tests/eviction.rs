@@ -166,17 +166,15 @@ async fn memory_pressure() {
     // What an earlier run may have left in the runtime is stopped first (the kubelet kills pods
     // it does not know), so the node starts without pressure.
     let settled = wait_for_opt(Duration::from_secs(60), || {
-        let out = std::process::Command::new("kubectl")
-            .args([
-                "get",
-                "node",
-                NODE_NAME,
-                "-o",
-                "jsonpath={.status.conditions[?(@.type==\"MemoryPressure\")].status}",
-            ])
-            .envs(cluster_env())
-            .output()
-            .ok()?;
+        let out = kubectl(&[
+            "get",
+            "node",
+            NODE_NAME,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"MemoryPressure\")].status}",
+        ])
+        .output()
+        .ok()?;
         (String::from_utf8_lossy(&out.stdout) == "False").then_some(())
     });
     assert!(

@@ -14,16 +14,6 @@ use kube::api::Api;
 
 const API_NODE: &str = "krs-api-node";
 
-fn kubectl(args: &[&str]) -> Command {
-    let env = cluster_env();
-    let mut cmd = Command::new("kubectl");
-    cmd.arg(format!("--kubeconfig={}", env["KUBECONFIG"]))
-        .arg("--request-timeout=30s")
-        .arg("--namespace=default")
-        .args(args);
-    cmd
-}
-
 fn run(args: &[&str]) -> Output {
     let out = kubectl(args)
         .stdin(Stdio::null())

@@ -257,16 +257,6 @@ fn bad_rotation_settings_stop_the_kubelet_with_upstreams_message() {
 
 const API_NODE: &str = "krs-logrotate-node";
 
-fn kubectl(args: &[&str]) -> Command {
-    let env = cluster_env();
-    let mut cmd = Command::new("kubectl");
-    cmd.arg(format!("--kubeconfig={}", env["KUBECONFIG"]))
-        .arg("--request-timeout=30s")
-        .arg("--namespace=default")
-        .args(args);
-    cmd
-}
-
 /// The current log of the static pod `chatty` on `node` under `pod_logs`, once the kubelet has
 /// made it.
 fn find_log(pod_logs: &Path, node: &str) -> PathBuf {

@@ -559,6 +559,17 @@ pub async fn admin_client() -> kube::Client {
     kube::Client::try_from(cfg).expect("admin client")
 }
 
+/// kubectl against the test control plane as its admin, in the default namespace.
+pub fn kubectl(args: &[&str]) -> Command {
+    let env = cluster_env();
+    let mut cmd = Command::new("kubectl");
+    cmd.arg(format!("--kubeconfig={}", env["KUBECONFIG"]))
+        .arg("--request-timeout=30s")
+        .arg("--namespace=default")
+        .args(args);
+    cmd
+}
+
 /// A runtime for a test that drives API clients: two workers, so the blocking helpers in the
 /// test never stall the client's own tasks.
 pub fn multi_thread_runtime() -> tokio::runtime::Runtime {
