@@ -8,7 +8,7 @@
 //! and waits until it is gone before looking again.
 //!
 //! Where upstream decides on stats up to 10 s old every 10 s, the memory signals are read every
-//! second here (a few microseconds of /proc and cgroup reads), and a threshold crossed starts a
+//! second here (five small /proc and cgroup files, about 0.1 ms), and a threshold crossed starts a
 //! full pass at once. The pods are ranked on a Summary collected for the decision.
 //!
 //! It also enforces emptyDir `sizeLimit`s on every full pass (grace 1 s), walking usage fresh.
