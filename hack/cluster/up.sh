@@ -237,6 +237,8 @@ args_kube_apiserver() {
 		--enable-admission-plugins=NodeRestriction
 		--enable-bootstrap-token-auth=true
 		--allow-privileged=true
+		# pods/ephemeralcontainers (kubectl debug) is alpha in v1.20.
+		--feature-gates=EphemeralContainers=true
 		--service-cluster-ip-range="$KRS_CL_SERVICE_CIDR"
 		--service-account-issuer="https://kubernetes.default.svc.$KRS_CL_DNS_DOMAIN"
 		--service-account-key-file="$CL_PKI/sa.pub"
