@@ -213,6 +213,33 @@ impl CgroupManager {
         Ok(self.driver.literal(&name))
     }
 
+    /// The settings the pod's cgroup gets from its (allocated) spec; None without per-pod
+    /// cgroups.
+    pub fn pod_cgroup_resources(&self, pod: &Pod) -> Result<Option<PodResources>, CgroupError> {
+        if !self.cgroups_per_qos {
+            return Ok(None);
+        }
+        let default_spec = PodSpec::default();
+        let spec = pod.spec.as_ref().unwrap_or(&default_spec);
+        Ok(Some(pod_resources(spec, &self.opts)?))
+    }
+
+    /// Writes `resources` to the pod's existing cgroup (an in-place resize); fields that are
+    /// None are left as they are.
+    pub fn update_pod_cgroup(
+        &self,
+        pod: &Pod,
+        resources: &PodResources,
+    ) -> Result<(), CgroupError> {
+        if !self.cgroups_per_qos {
+            return Ok(());
+        }
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        check_uid(uid)?;
+        self.driver
+            .apply(&self.pod_name(pod_qos_class(pod), uid), resources)
+    }
+
     /// Kills whatever still runs in the pod's cgroup and removes it (with any container
     /// cgroups left below it). Absent cgroups are not an error.
     pub fn remove_pod_cgroup(&self, pod_uid: &str) -> Result<(), CgroupError> {

@@ -440,6 +440,27 @@ impl RuntimeClient {
         Ok(())
     }
 
+    /// Changes a running container's cgroup settings in place (in-place pod resize).
+    pub async fn update_container_resources(
+        &self,
+        id: &str,
+        linux: api::LinuxContainerResources,
+    ) -> Result<(), CriError> {
+        let mut c = self.runtime.clone();
+        let req = api::UpdateContainerResourcesRequest {
+            container_id: id.to_string(),
+            linux: Some(linux),
+            ..Default::default()
+        };
+        call(
+            "UpdateContainerResources",
+            self.timeout,
+            c.update_container_resources(req),
+        )
+        .await?;
+        Ok(())
+    }
+
     /// Runs `cmd` in the container. `timeout` goes to the runtime (rounded up
     /// to whole seconds); the call's deadline is `timeout` plus the client
     /// timeout. A zero `timeout` asks the runtime for no limit, but the call is

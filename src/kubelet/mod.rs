@@ -231,7 +231,12 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
                 pressure: pressure.clone(),
             })
         }
-        None => sync_loop,
+        None => {
+            sync_loop.with_node_allocatable(Allocatable::from_resources(&allocatable::allocatable(
+                &allocatable_settings,
+                &allocatable::capacity(&host.facts, &allocatable_settings),
+            )))
+        }
     };
     sync_loop.start(
         SyncLoopInputs {

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 
 use crate::prober::{self, Verdicts};
 use crate::runtime::backoff::Backoff;
-use crate::runtime::labels::container_hash;
+use crate::runtime::labels::{container_hash, hash_matches};
 use crate::runtime::observed::{ContainerInfo, ContainerState, ObservedPod};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -271,7 +271,7 @@ pub fn compute_pod_actions(
         match s.state {
             ContainerState::Running => {
                 // No hash (a container another kubelet created) is adopted as it is.
-                if s.hash.is_some_and(|h| h != container_hash(c)) {
+                if s.hash.is_some_and(|h| !hash_matches(c, h)) {
                     actions.kill.push(KillAction {
                         container_id: s.id.clone(),
                         name: c.name.clone(),

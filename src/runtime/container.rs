@@ -83,6 +83,16 @@ fn linux_resources(
     qos: QosClass,
     p: &ContainerParams<'_>,
 ) -> Result<api::LinuxContainerResources, ConfigError> {
+    container_resources(container, qos, p.machine_memory, p.cgroup_options)
+}
+
+/// The cgroup settings a container runs with, from its (allocated) requests and limits.
+pub fn container_resources(
+    container: &Container,
+    qos: QosClass,
+    machine_memory: i64,
+    cgroup_options: &crate::cm::PodCgroupOptions,
+) -> Result<api::LinuxContainerResources, ConfigError> {
     let bad = |res: &str, reason: String| ConfigError::Resource {
         container: container.name.clone(),
         resource: res.to_string(),
@@ -113,8 +123,8 @@ fn linux_resources(
     } else {
         mem_request
     };
-    let period = p.cgroup_options.cpu_cfs_period_us;
-    let quota = p.cgroup_options.enforce_cpu_limits && cpu_limit > 0;
+    let period = cgroup_options.cpu_cfs_period_us;
+    let quota = cgroup_options.enforce_cpu_limits && cpu_limit > 0;
     Ok(api::LinuxContainerResources {
         cpu_shares: milli_cpu_to_shares(cpu_request) as i64,
         cpu_period: if quota { period as i64 } else { 0 },
@@ -124,7 +134,7 @@ fn linux_resources(
             0
         },
         memory_limit_in_bytes: mem_limit,
-        oom_score_adj: oom_score_adj(qos, mem_request, p.machine_memory),
+        oom_score_adj: oom_score_adj(qos, mem_request, machine_memory),
         ..Default::default()
     })
 }

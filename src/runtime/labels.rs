@@ -93,12 +93,31 @@ pub fn container_annotations(
 /// A stable hash of the container spec: a change means the container must be recreated.
 /// It must not change across kubelet restarts, so it hashes the canonical JSON (k8s-openapi
 /// serialises fields in a fixed order and maps as BTreeMaps) with FNV-1a rather than with
-/// std's randomly seeded hasher.
+/// std's randomly seeded hasher. `resources` is left out: a resize is applied in place
+/// (runtime::resize) and restarts a container only when its resize policy says so.
 pub fn container_hash(container: &Container) -> u64 {
+    if container.resources.is_none() {
+        return full_hash(container);
+    }
+    full_hash(&Container {
+        resources: None,
+        ..container.clone()
+    })
+}
+
+/// The hash over the whole spec, resources included, as containers created before in-place
+/// resize carry it.
+fn full_hash(container: &Container) -> u64 {
     let json = serde_json::to_vec(container).unwrap_or_default();
     let mut h = Fnv1a::default();
     h.write(&json);
     h.finish()
+}
+
+/// Whether a container created with `hash` runs this spec. A hash over the whole spec (what
+/// an older kubelet-rs wrote) also matches, so an upgrade restarts nothing.
+pub fn hash_matches(container: &Container, hash: u64) -> bool {
+    hash == container_hash(container) || hash == full_hash(container)
 }
 
 struct Fnv1a(u64);
@@ -145,6 +164,22 @@ mod tests {
         let a = container("busybox:1");
         assert_eq!(container_hash(&a), container_hash(&a.clone()));
         assert_ne!(container_hash(&a), container_hash(&container("busybox:2")));
+    }
+
+    #[test]
+    fn resources_are_not_part_of_the_hash_but_old_hashes_still_match() {
+        use k8s_openapi::api::core::v1::ResourceRequirements;
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+        let plain = container("busybox");
+        let mut sized = plain.clone();
+        sized.resources = Some(ResourceRequirements {
+            limits: Some([("memory".to_string(), Quantity("64Mi".into()))].into()),
+            ..Default::default()
+        });
+        assert_eq!(container_hash(&plain), container_hash(&sized));
+        assert!(hash_matches(&sized, full_hash(&sized)));
+        assert!(hash_matches(&sized, container_hash(&sized)));
+        assert!(!hash_matches(&sized, full_hash(&container("busybox:2"))));
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod metrics;
 pub mod observed;
 pub mod paths;
 pub mod pull_secrets;
+pub mod resize;
 pub mod sandbox;
 pub mod services;
 mod termination_message;
@@ -81,6 +82,8 @@ pub struct SyncOutcome {
     /// The earliest moment the pod needs another look (backoff expiry, retry after an error).
     pub requeue_after: Option<Duration>,
     pub finished: bool,
+    /// Why an in-place resize could not be applied (it is tried again on the next sync).
+    pub resize_error: Option<String>,
 }
 
 impl SyncOutcome {
@@ -140,6 +143,16 @@ pub struct RuntimeManager {
     /// Containers the kernel's OOM killer hit, which report `OOMKilled` whatever the runtime
     /// says (see crate::oom).
     oom_kills: Arc<crate::oom::OomKills>,
+    /// What each pod's cgroup and running containers were last given, for in-place resize.
+    /// Bounded by the pods with workers: pruned to the observed containers on every sync and
+    /// dropped when the pod is removed.
+    acked: std::sync::Mutex<HashMap<String, AckedPod>>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct AckedPod {
+    pod_cgroup: Option<crate::cm::PodResources>,
+    containers: resize::Acknowledged,
 }
 
 /// How long a failed sandbox or CRI step waits before the worker tries again.
@@ -186,6 +199,7 @@ impl RuntimeManager {
             events,
             settings,
             oom_kills: Arc::default(),
+            acked: Default::default(),
         }
     }
 
@@ -303,7 +317,15 @@ impl RuntimeManager {
         probes: &HashMap<String, crate::prober::Verdicts>,
     ) -> Result<SyncOutcome, RuntimeError> {
         let now = SystemTime::now();
-        let actions = compute_pod_actions(pod, observed, backoff, probes, now);
+        let mut actions = compute_pod_actions(pod, observed, backoff, probes, now);
+        // A resize applies to the running containers of a sandbox that stays.
+        let resize_plan = if actions.create_sandbox || actions.pod_finished || actions.kill_pod {
+            None
+        } else {
+            let plan = self.resize_plan(pod, observed);
+            resize::add_restarts(&mut actions, &plan);
+            Some(plan)
+        };
         debug!(?actions, "Computed pod actions");
         let mut outcome = SyncOutcome::default();
         self.note_backoffs(pod, &actions, &mut outcome);
@@ -354,6 +376,18 @@ impl RuntimeManager {
         });
         for r in join_all(kills).await {
             r.map_err(cri("StopContainer"))?;
+        }
+        if let Some(plan) = &resize_plan {
+            match self.apply_resize(pod, plan).await {
+                // Shown in the status on the next sync, right away.
+                Ok(true) => outcome.requeue(Duration::ZERO),
+                Ok(false) => {}
+                Err(message) => {
+                    warn!(pod = %crate::sources::pod_full_name(pod), %message, "Pod resize failed");
+                    outcome.resize_error = Some(message);
+                    outcome.requeue(RETRY_AFTER_ERROR);
+                }
+            }
         }
 
         let host_network = pod
@@ -472,6 +506,12 @@ impl RuntimeManager {
         tokio::task::spawn_blocking(move || cgroups.create_pod_cgroup(&owned))
             .await
             .map_err(|e| RuntimeError::Blocking(e.to_string()))??;
+        if let Ok(resources) = self.cgroups.pod_cgroup_resources(pod) {
+            self.acked_lock()
+                .entry(pod_uid(pod).to_string())
+                .or_default()
+                .pod_cgroup = resources;
+        }
         let config = self.sandbox_config(pod, attempt)?;
         let log_dir = PathBuf::from(&config.log_directory);
         tokio::fs::create_dir_all(&log_dir)
@@ -710,11 +750,23 @@ impl RuntimeManager {
             backoff.record_restart(key, now);
         }
         metrics::record_container_started(pod, &container.name);
+        let limits = config
+            .linux
+            .as_ref()
+            .and_then(|l| l.resources.as_ref())
+            .map(resize::Limits::from);
         let id = self
             .cri
             .create_container(sandbox_id, config, sandbox_config.clone())
             .await
             .map_err(|e| ("CreateContainerError", e.to_string(), RETRY_AFTER_ERROR))?;
+        if let Some(limits) = limits {
+            self.acked_lock()
+                .entry(uid.to_string())
+                .or_default()
+                .containers
+                .insert(id.clone(), limits);
+        }
         tracker.container_created(uid, &container.name, init);
         self.events.pod(
             pod,
@@ -879,10 +931,139 @@ impl RuntimeManager {
         Ok(())
     }
 
+    fn acked_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, AckedPod>> {
+        self.acked.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// What the pod's running containers were last given, by container ID: their actual
+    /// settings as far as the kubelet knows (containerd 1.6 does not report them back).
+    pub fn acknowledged(&self, uid: &str) -> resize::Acknowledged {
+        self.acked_lock()
+            .get(uid)
+            .map(|a| a.containers.clone())
+            .unwrap_or_default()
+    }
+
+    /// Whether the pod's allocated resources still have to be applied to what runs.
+    pub fn resize_in_progress(&self, pod: &Pod, observed: &ObservedPod) -> bool {
+        !self.resize_plan(pod, observed).is_empty()
+    }
+
+    fn resize_plan(&self, pod: &Pod, observed: &ObservedPod) -> resize::ResizePlan {
+        let acked = {
+            let mut all = self.acked_lock();
+            match all.get_mut(pod_uid(pod)) {
+                Some(entry) => {
+                    entry
+                        .containers
+                        .retain(|id, _| observed.containers.iter().any(|c| &c.id == id));
+                    entry.containers.clone()
+                }
+                None => resize::Acknowledged::new(),
+            }
+        };
+        let qos = pod
+            .spec
+            .as_ref()
+            .map(qos_class)
+            .unwrap_or(QosClass::BestEffort);
+        resize::plan(
+            pod,
+            observed,
+            &acked,
+            &resize::PlanInputs {
+                qos,
+                machine_memory: self.settings.machine_memory,
+                cgroup_options: &self.settings.cgroup_options,
+            },
+        )
+    }
+
+    async fn write_pod_cgroup(
+        &self,
+        pod: &Pod,
+        resources: crate::cm::PodResources,
+    ) -> Result<(), String> {
+        let cgroups = self.cgroups.clone();
+        let owned = pod.clone();
+        tokio::task::spawn_blocking(move || cgroups.update_pod_cgroup(&owned, &resources))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("pod cgroup: {e}"))
+    }
+
+    async fn update_container(&self, uid: &str, u: &resize::ContainerUpdate) -> Result<(), String> {
+        self.cri
+            .update_container_resources(&u.container_id, u.target.clone())
+            .await
+            .map_err(|e| format!("container {}: {e}", u.name))?;
+        self.acked_lock()
+            .entry(uid.to_string())
+            .or_default()
+            .containers
+            .insert(u.container_id.clone(), resize::Limits::from(&u.target));
+        Ok(())
+    }
+
+    /// Applies a resize in upstream's order: the pod cgroup's rises, the containers' cuts, the
+    /// pod cgroup's cuts, the containers' rises. After a failed cut nothing is raised, so the
+    /// containers never add up to more than their pod. True when anything was written.
+    async fn apply_resize(&self, pod: &Pod, plan: &resize::ResizePlan) -> Result<bool, String> {
+        let uid = pod_uid(pod);
+        let new_pod = self
+            .cgroups
+            .pod_cgroup_resources(pod)
+            .map_err(|e| format!("pod cgroup: {e}"))?;
+        let old_pod = self
+            .acked_lock()
+            .get(uid)
+            .and_then(|a| a.pod_cgroup.clone());
+        let pod_changes = new_pod
+            .as_ref()
+            .is_some_and(|n| old_pod.as_ref() != Some(n));
+        if plan.updates.is_empty() && !pod_changes {
+            return Ok(false);
+        }
+        let (before, after) = match &new_pod {
+            Some(new) => {
+                let (before, after) = resize::pod_cgroup_steps(old_pod.as_ref(), new);
+                (before, Some(after))
+            }
+            None => (None, None),
+        };
+        if let Some(before) = before {
+            self.write_pod_cgroup(pod, before).await?;
+        }
+        let (cuts, rises): (Vec<_>, Vec<_>) = plan.updates.iter().partition(|u| u.lowers);
+        let mut failed = None;
+        for u in cuts {
+            if let Err(e) = self.update_container(uid, u).await {
+                failed.get_or_insert(e);
+            }
+        }
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        if let Some(after) = after {
+            self.write_pod_cgroup(pod, after).await?;
+            self.acked_lock()
+                .entry(uid.to_string())
+                .or_default()
+                .pod_cgroup = new_pod;
+        }
+        for u in rises {
+            if let Err(e) = self.update_container(uid, u).await {
+                failed.get_or_insert(e);
+            }
+        }
+        failed.map_or(Ok(true), Err)
+    }
+
     /// Removes the cgroup of a pod that is gone. Its stopped containers, sandboxes and logs
     /// stay for the container garbage collector, which takes the logs only after the
     /// containers (its folder and volumes are the volume manager's).
     pub async fn remove_pod(&self, uid: &str) -> Result<(), RuntimeError> {
+        self.acked_lock().remove(uid);
         let cgroups = self.cgroups.clone();
         let uid = uid.to_string();
         tokio::task::spawn_blocking(move || cgroups.remove_pod_cgroup(&uid))

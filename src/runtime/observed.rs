@@ -6,11 +6,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::cri::api;
 use crate::runtime::labels;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ContainerState {
     Created,
     Running,
     Exited,
+    #[default]
     Unknown,
 }
 
@@ -25,7 +26,7 @@ impl ContainerState {
     }
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct SandboxInfo {
     pub id: String,
     pub attempt: u32,
@@ -35,7 +36,7 @@ pub struct SandboxInfo {
     pub ips: Vec<String>,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ContainerInfo {
     pub id: String,
     pub name: String,

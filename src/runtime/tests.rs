@@ -100,6 +100,7 @@ impl Harness {
         generate_pod_status(&PodStatusInput {
             failure: None,
             probes: &Default::default(),
+            resize: Default::default(),
             pod,
             observed: &observed,
             waiting: &outcome.waiting,

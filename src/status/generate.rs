@@ -28,6 +28,8 @@ pub struct PodStatusInput<'a> {
     pub failure: Option<&'a PodFailure>,
     /// The probes' verdicts, by container ID.
     pub probes: &'a HashMap<String, Verdicts>,
+    /// In-place resize: pending, in progress, and what the running containers got.
+    pub resize: super::ResizeView<'a>,
 }
 
 /// Why the kubelet failed a pod: the pod's phase is Failed with this reason and message.
@@ -132,8 +134,17 @@ fn container_status(
         let view = prober::view(spec, running, newest.and_then(|n| input.probes.get(&n.id)));
         (view.ready, view.started)
     };
+    let (allocated_resources, resources) = super::resize::container_resources(
+        spec,
+        newest
+            .filter(|n| n.state == ContainerState::Running)
+            .map(|n| n.id.as_str()),
+        &input.resize,
+    );
     ContainerStatus {
         name: spec.name.clone(),
+        allocated_resources,
+        resources,
         image: spec.image.clone().unwrap_or_default(),
         image_id: newest.map(|n| n.image_ref.clone()).unwrap_or_default(),
         container_id: newest.map(|n| format!("{rt}://{}", n.id)),
@@ -375,9 +386,17 @@ pub fn generate_pod_status(input: &PodStatusInput<'_>) -> PodStatus {
             &now,
         ));
     }
+    conditions.extend(super::resize::conditions(&input.resize, &now));
     // Conditions other writers own (readiness gates, DisruptionTarget, ...) are kept: the
-    // status patch replaces the whole list.
-    let ours: Vec<String> = conditions.iter().map(|c| c.type_.clone()).collect();
+    // status patch replaces the whole list. The resize ones are ours even when absent.
+    let ours: Vec<String> = conditions
+        .iter()
+        .map(|c| c.type_.clone())
+        .chain([
+            super::resize::PENDING.into(),
+            super::resize::IN_PROGRESS.into(),
+        ])
+        .collect();
     conditions.extend(
         pod.status
             .iter()
@@ -471,6 +490,7 @@ mod tests {
         generate_pod_status(&PodStatusInput {
             failure: None,
             probes: &HashMap::new(),
+            resize: Default::default(),
             pod,
             observed,
             waiting,

@@ -4,8 +4,10 @@
 pub mod apiserver;
 mod generate;
 pub mod mirror;
+pub mod resize;
 
 pub use generate::{PodFailure, PodStatusInput, generate_pod_status};
+pub use resize::{ResizePending, ResizeView};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

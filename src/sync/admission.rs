@@ -38,7 +38,7 @@ pub struct Rejection {
     pub message: String,
 }
 
-fn requests(pod: &Pod) -> (i64, i64) {
+pub(crate) fn requests(pod: &Pod) -> (i64, i64) {
     let totals = pod
         .spec
         .as_ref()

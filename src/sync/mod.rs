@@ -2,6 +2,7 @@
 //! routes work to pod workers; all runtime calls happen in the workers.
 
 pub mod admission;
+pub mod allocation;
 mod deadline;
 mod metrics;
 mod spans;
@@ -129,6 +130,13 @@ pub struct SyncLoop {
     parked: HashMap<String, Arc<Pod>>,
     /// API pods are admitted against this; static pods are not (like upstream's critical pods).
     admission: Option<Admission>,
+    /// What each running pod was admitted with, for in-place resize.
+    allocations: allocation::Allocations,
+    /// Resizes that did not fit (Deferred): the desired pod, tried again when a pod goes.
+    /// Bounded by the workers.
+    deferred_resizes: HashMap<String, Arc<Pod>>,
+    /// What the node offers pods, for a resize's fit when there is no admission (standalone).
+    node_allocatable: Option<admission::Allocatable>,
     /// UIDs failed at admission, so later updates of the same object are not re-admitted.
     /// Bounded by the source's pods: entries go when the pod is removed.
     rejected: HashSet<String>,
@@ -161,6 +169,9 @@ impl SyncLoop {
             workers: HashMap::new(),
             parked: HashMap::new(),
             admission: None,
+            allocations: Default::default(),
+            deferred_resizes: HashMap::new(),
+            node_allocatable: None,
             rejected: HashSet::new(),
             ctx: Arc::new(WorkerContext {
                 runtime,
@@ -187,6 +198,9 @@ impl SyncLoop {
     fn spawn(&mut self, uid: String, desired: Desired) {
         // Known before the worker can create anything, so no collector takes it for gone.
         self.known.insert(&uid);
+        if let Desired::Run(pod) = &desired {
+            self.allocations.admit(&uid, pod);
+        }
         let handle = WorkerHandle::spawn(
             uid.clone(),
             desired,
@@ -226,8 +240,11 @@ impl SyncLoop {
                         self.known.insert(&uid);
                         continue;
                     }
-                    if let Some(w) = self.workers.get_mut(&uid).filter(|w| !w.is_terminating()) {
-                        w.update(Desired::Run(pod));
+                    if self.workers.get(&uid).is_some_and(|w| !w.is_terminating()) {
+                        let run = self.resize(&uid, pod);
+                        if let Some(w) = self.workers.get_mut(&uid) {
+                            w.update(Desired::Run(run));
+                        }
                     } else if self.terminating_named(&full_name) {
                         info!(pod = %full_name, %uid, "Waiting for the previous pod of this name to terminate");
                         self.parked.insert(full_name, pod);
@@ -249,6 +266,89 @@ impl SyncLoop {
     pub fn with_admission(mut self, admission: Admission) -> Self {
         self.admission = Some(admission);
         self
+    }
+
+    /// What the node offers pods, for resizes when API pods are not admitted (standalone).
+    pub fn with_node_allocatable(mut self, node: admission::Allocatable) -> Self {
+        self.node_allocatable = Some(node);
+        self
+    }
+
+    /// A running pod's spec changed: if it asks for other resources, they are allocated when
+    /// they fit (the worker then applies them in place), or the resize is shown as pending.
+    /// Returns the pod the worker is to run.
+    fn resize(&mut self, uid: &str, desired: Arc<Pod>) -> Arc<Pod> {
+        let Some(w) = self.workers.get(uid) else {
+            return desired;
+        };
+        if !self.allocations.wants_resize(uid, &desired) {
+            self.deferred_resizes.remove(uid);
+            w.set_resize_pending(None);
+            return self.allocations.allocated_pod(uid, desired);
+        }
+        let allocated = self.allocations.allocated_pod(uid, desired.clone());
+        let others: Vec<Arc<Pod>> = self
+            .workers
+            .iter()
+            .filter(|(other, w)| other.as_str() != uid && !w.is_terminating())
+            .map(|(_, w)| w.pod())
+            .collect();
+        let (node, labels) = match &self.admission {
+            Some(adm) => (Some(&adm.allocatable), adm.node_labels.borrow().clone()),
+            None => (self.node_allocatable.as_ref(), Default::default()),
+        };
+        let room = node.map(|node| allocation::Room {
+            node,
+            node_labels: &labels,
+            others: others.iter().map(|p| p.as_ref()),
+        });
+        let full_name = pod_full_name(&desired);
+        match allocation::check(&allocated, &desired, room) {
+            Ok(()) => {
+                info!(pod = %full_name, %uid, "Pod resize allocated");
+                self.allocations.accept(uid, &desired);
+                self.deferred_resizes.remove(uid);
+                w.set_resize_pending(None);
+                desired
+            }
+            Err(pending) => {
+                if w.set_resize_pending(Some(pending.clone())) {
+                    info!(pod = %full_name, %uid, reason = pending.reason, message = %pending.message, "Pod resize pending");
+                    let event = if pending.reason == allocation::DEFERRED {
+                        "ResizeDeferred"
+                    } else {
+                        "ResizeInfeasible"
+                    };
+                    self.ctx.runtime.events().pod(
+                        &desired,
+                        crate::events::EventType::Warning,
+                        event,
+                        &pending.message,
+                    );
+                }
+                if pending.reason == allocation::DEFERRED {
+                    self.deferred_resizes.insert(uid.to_string(), desired);
+                } else {
+                    self.deferred_resizes.remove(uid);
+                }
+                allocated
+            }
+        }
+    }
+
+    /// Deferred resizes get another chance once a pod has gone.
+    fn retry_deferred_resizes(&mut self) {
+        let waiting: Vec<(String, Arc<Pod>)> = self.deferred_resizes.drain().collect();
+        for (uid, desired) in waiting {
+            let run = self.resize(&uid, desired);
+            // Still deferred: the worker goes on with what it runs.
+            if self.deferred_resizes.contains_key(&uid) {
+                continue;
+            }
+            if let Some(w) = self.workers.get_mut(&uid).filter(|w| !w.is_terminating()) {
+                w.update(Desired::Run(run));
+            }
+        }
     }
 
     /// Admission of a new API pod; a rejected pod gets a Failed status and no worker.
@@ -340,7 +440,10 @@ impl SyncLoop {
         // unless the same pod (a manifest put back) starts again at once.
         if !self.workers.contains_key(uid) {
             self.known.forget(uid);
+            self.allocations.forget(uid);
+            self.deferred_resizes.remove(uid);
         }
+        self.retry_deferred_resizes();
     }
 
     /// Pods in the runtime that no source wants and that still run something are terminated,

@@ -17,7 +17,9 @@ use crate::prober::{ProbeManager, Verdicts};
 use crate::runtime::backoff::Backoff;
 use crate::runtime::observed::ObservedPod;
 use crate::runtime::{RuntimeManager, SyncOutcome, Waiting};
-use crate::status::{PodFailure, PodStatusInput, StatusStore, generate_pod_status};
+use crate::status::{
+    PodFailure, PodStatusInput, ResizePending, ResizeView, StatusStore, generate_pod_status,
+};
 use crate::volume::{PodVolumes, VolumeError, VolumeManager};
 
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +60,8 @@ pub struct WorkerHandle {
     desired: watch::Sender<Desired>,
     /// Set once by the eviction manager; the worker fails the pod with it.
     eviction: watch::Sender<Option<Eviction>>,
+    /// A resize the sync loop could not allocate, for the pod's status.
+    resize: watch::Sender<Option<ResizePending>>,
     poke: mpsc::Sender<()>,
     terminating: bool,
 }
@@ -84,12 +88,14 @@ impl WorkerHandle {
         };
         let (desired_tx, desired_rx) = watch::channel(desired);
         let (eviction_tx, eviction_rx) = watch::channel(None);
+        let (resize_tx, resize_rx) = watch::channel(None);
         // Capacity 1: pokes coalesce, a pending one is as good as many.
         let (poke_tx, poke_rx) = mpsc::channel(1);
         let span = info_span!("pod_worker", pod_uid = %uid);
         let inputs = Inputs {
             desired: desired_rx,
             eviction: eviction_rx,
+            resize: resize_rx,
             poke: poke_rx,
         };
         tokio::spawn(run(uid, inputs, ctx, cancel).instrument(span));
@@ -97,9 +103,20 @@ impl WorkerHandle {
             full_name,
             desired: desired_tx,
             eviction: eviction_tx,
+            resize: resize_tx,
             poke: poke_tx,
             terminating,
         }
+    }
+
+    /// Shows (or clears) a resize that waits for room or can never be allocated; true when
+    /// that changed what the pod shows.
+    pub fn set_resize_pending(&self, pending: Option<ResizePending>) -> bool {
+        self.resize.send_if_modified(|p| {
+            let changed = *p != pending;
+            *p = pending;
+            changed
+        })
     }
 
     pub fn update(&mut self, desired: Desired) {
@@ -143,6 +160,7 @@ impl WorkerHandle {
 struct Inputs {
     desired: watch::Receiver<Desired>,
     eviction: watch::Receiver<Option<Eviction>>,
+    resize: watch::Receiver<Option<ResizePending>>,
     poke: mpsc::Receiver<()>,
 }
 
@@ -150,6 +168,7 @@ async fn run(uid: String, inputs: Inputs, ctx: Arc<WorkerContext>, cancel: Cance
     let Inputs {
         desired: mut desired_rx,
         eviction: mut eviction_rx,
+        resize: mut resize_rx,
         poke: mut poke_rx,
     } = inputs;
     let mut backoff = Backoff::default();
@@ -162,6 +181,7 @@ async fn run(uid: String, inputs: Inputs, ctx: Arc<WorkerContext>, cancel: Cance
         // Marked seen on every round, whatever is done with it, or the wait below would wake
         // at once, again and again.
         let evicted = eviction_rx.borrow_and_update().clone();
+        let pending = resize_rx.borrow_and_update().clone();
         let wait = match desired {
             Desired::Run(pod) => {
                 ctx.probes.add_pod(&pod, &cancel);
@@ -177,7 +197,15 @@ async fn run(uid: String, inputs: Inputs, ctx: Arc<WorkerContext>, cancel: Cance
                     });
                 }
                 let span = spans::sync_pod(&pod, timer.operation());
-                let sync = sync_once(&uid, &pod, &ctx, &mut backoff, start_time, &mut failure);
+                let sync = sync_once(
+                    &uid,
+                    &pod,
+                    &ctx,
+                    &mut backoff,
+                    start_time,
+                    &mut failure,
+                    pending.as_ref(),
+                );
                 let result = tokio::select! {
                     r = sync.instrument(span.clone()) => r,
                     _ = termination_requested(&mut desired_rx) => continue,
@@ -239,6 +267,7 @@ async fn run(uid: String, inputs: Inputs, ctx: Arc<WorkerContext>, cancel: Cance
             _ = cancel.cancelled() => return,
             changed = desired_rx.changed() => if changed.is_err() { return },
             changed = eviction_rx.changed() => if changed.is_err() { return },
+            changed = resize_rx.changed() => if changed.is_err() { return },
             _ = poke_rx.recv() => {}
             _ = tokio::time::sleep(wait) => {}
         }
@@ -264,6 +293,7 @@ async fn sync_once(
     backoff: &mut Backoff,
     start_time: SystemTime,
     failure: &mut Option<Failed>,
+    pending: Option<&ResizePending>,
 ) -> Result<SyncOutcome, SyncError> {
     let observed = ctx.runtime.pod_status(uid).await?;
     let probes = ctx
@@ -286,7 +316,11 @@ async fn sync_once(
             deadline::Verdict::None => {}
         }
     }
-    let status_of = |waiting: &HashMap<String, Waiting>, failure: Option<&PodFailure>| {
+    let actual = ctx.runtime.acknowledged(uid);
+    let in_progress = ctx.runtime.resize_in_progress(pod, &observed);
+    let status_of = |waiting: &HashMap<String, Waiting>,
+                     failure: Option<&PodFailure>,
+                     resize_error: Option<&str>| {
         generate_pod_status(&PodStatusInput {
             pod,
             observed: &observed,
@@ -297,6 +331,12 @@ async fn sync_once(
             now: SystemTime::now(),
             failure,
             probes: &probes,
+            resize: ResizeView {
+                pending,
+                in_progress,
+                error: resize_error,
+                actual: Some(&actual),
+            },
         })
     };
     let result = if let Some(failed) = failure {
@@ -306,7 +346,7 @@ async fn sync_once(
         ctx.status.set(
             uid,
             pod.clone(),
-            status_of(&no_waiting, Some(&failed.failure)),
+            status_of(&no_waiting, Some(&failed.failure), None),
         );
         // Its containers are stopped with its grace period, or an eviction's override as it
         // is, and never restarted.
@@ -336,7 +376,8 @@ async fn sync_once(
     let waiting = result.as_ref().map(|o| &o.waiting).unwrap_or(&no_waiting);
     // Status from the state before this sync's actions: whatever they changed comes back as a
     // PLEG event within a relist period and is reported on the next sync.
-    let status = status_of(waiting, failure.as_ref().map(|f| &f.failure));
+    let resize_error = result.as_ref().ok().and_then(|o| o.resize_error.as_deref());
+    let status = status_of(waiting, failure.as_ref().map(|f| &f.failure), resize_error);
     crate::startup::tracker().observe_status(pod, &status);
     ctx.status.set(uid, pod.clone(), status);
     result

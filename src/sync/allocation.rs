@@ -1,0 +1,307 @@
+//! In-place pod resize, the admission half: what each pod was admitted with (its
+//! *allocated* resources), and whether a changed spec's resources can be allocated now. The
+//! pod workers always run the allocated resources; the runtime applies them (runtime::resize).
+//! Kept in memory: after a kubelet restart the pods are admitted with the resources they have
+//! then, and the runtime half writes them to the running containers again.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use super::admission::{self, Allocatable};
+use crate::cm::qos::pod_qos_class;
+use crate::status::ResizePending;
+
+pub const DEFERRED: &str = "Deferred";
+pub const INFEASIBLE: &str = "Infeasible";
+
+/// Resources by container name, for the containers a resize may change.
+type Resources = BTreeMap<String, Option<ResourceRequirements>>;
+
+/// App containers and sidecars (restartable init containers) can be resized, as upstream.
+fn resizable(c: &Container, init: bool) -> bool {
+    !init || c.restart_policy.as_deref() == Some("Always")
+}
+
+fn resources_of(pod: &Pod) -> Resources {
+    let Some(spec) = pod.spec.as_ref() else {
+        return Resources::new();
+    };
+    let init = spec.init_containers.iter().flatten().map(|c| (c, true));
+    let regular = spec.containers.iter().map(|c| (c, false));
+    init.chain(regular)
+        .filter(|(c, init)| resizable(c, *init))
+        .map(|(c, _)| (c.name.clone(), c.resources.clone()))
+        .collect()
+}
+
+/// `pod` with `resources` in place of its containers' own.
+fn with_resources(pod: &Pod, resources: &Resources) -> Pod {
+    let mut out = pod.clone();
+    if let Some(spec) = out.spec.as_mut() {
+        let init = spec.init_containers.iter_mut().flatten();
+        for c in init.chain(spec.containers.iter_mut()) {
+            if let Some(r) = resources.get(&c.name) {
+                c.resources = r.clone();
+            }
+        }
+    }
+    out
+}
+
+/// Pods' allocated resources, by UID. Bounded by the pods with workers: an entry is added
+/// when a worker starts and dropped when it ends.
+#[derive(Debug, Default)]
+pub struct Allocations {
+    pods: HashMap<String, Resources>,
+}
+
+impl Allocations {
+    /// Records what a newly admitted pod asks for.
+    pub fn admit(&mut self, uid: &str, pod: &Pod) {
+        self.pods
+            .entry(uid.to_string())
+            .or_insert_with(|| resources_of(pod));
+    }
+
+    pub fn forget(&mut self, uid: &str) {
+        self.pods.remove(uid);
+    }
+
+    /// Whether the spec asks for other resources than were allocated.
+    pub fn wants_resize(&self, uid: &str, desired: &Pod) -> bool {
+        self.pods
+            .get(uid)
+            .is_some_and(|allocated| allocated_differs(allocated, &resources_of(desired)))
+    }
+
+    /// Takes the desired resources as the allocation.
+    pub fn accept(&mut self, uid: &str, desired: &Pod) {
+        self.pods.insert(uid.to_string(), resources_of(desired));
+    }
+
+    /// The pod as its worker runs it: the desired spec with the allocated resources.
+    pub fn allocated_pod(&self, uid: &str, desired: Arc<Pod>) -> Arc<Pod> {
+        match self.pods.get(uid) {
+            Some(allocated) if allocated_differs(allocated, &resources_of(&desired)) => {
+                Arc::new(with_resources(&desired, allocated))
+            }
+            _ => desired,
+        }
+    }
+}
+
+/// Compares by amount ("1" and "1000m" are the same request).
+fn allocated_differs(allocated: &Resources, desired: &Resources) -> bool {
+    let same_list = |a: Option<&BTreeMap<String, Quantity>>,
+                     b: Option<&BTreeMap<String, Quantity>>| {
+        let (a, b) = (
+            a.cloned().unwrap_or_default(),
+            b.cloned().unwrap_or_default(),
+        );
+        a.len() == b.len()
+            && a.iter().all(|(k, q)| {
+                b.get(k)
+                    .is_some_and(|other| crate::quantity::same_amount(q, other))
+            })
+    };
+    desired.iter().any(|(name, want)| {
+        let Some(have) = allocated.get(name) else {
+            // A container the pod did not have (a changed manifest): not a resize.
+            return false;
+        };
+        let (have, want) = (
+            have.clone().unwrap_or_default(),
+            want.clone().unwrap_or_default(),
+        );
+        !same_list(have.requests.as_ref(), want.requests.as_ref())
+            || !same_list(have.limits.as_ref(), want.limits.as_ref())
+    })
+}
+
+/// What the node offers, and the other pods' allocations, for a resize's fit.
+pub struct Room<'a, I> {
+    pub node: &'a Allocatable,
+    pub node_labels: &'a BTreeMap<String, String>,
+    pub others: I,
+}
+
+fn changed_beyond_cpu_and_memory(allocated: &Pod, desired: &Pod) -> bool {
+    let strip = |pod: &Pod| {
+        resources_of(pod)
+            .into_iter()
+            .map(|(name, r)| {
+                let r = r.unwrap_or_default();
+                let keep = |m: Option<BTreeMap<String, Quantity>>| {
+                    m.unwrap_or_default()
+                        .into_iter()
+                        .filter(|(k, _)| k != "cpu" && k != "memory")
+                        .collect::<BTreeMap<_, _>>()
+                };
+                (name, (keep(r.requests), keep(r.limits)))
+            })
+            .collect::<BTreeMap<_, _>>()
+    };
+    strip(allocated) != strip(desired)
+}
+
+/// Upstream's checks, in its order: what can never be allocated is `Infeasible`, what does
+/// not fit next to the other pods now is `Deferred` (tried again when room may have freed).
+pub fn check<'a>(
+    allocated: &Pod,
+    desired: &Pod,
+    room: Option<Room<'a, impl Iterator<Item = &'a Pod>>>,
+) -> Result<(), ResizePending> {
+    let infeasible = |message: String| ResizePending {
+        reason: INFEASIBLE,
+        message,
+    };
+    if pod_qos_class(allocated) != pod_qos_class(desired) {
+        return Err(infeasible(
+            "Pod QOS Class may not change as a result of resizing".into(),
+        ));
+    }
+    if changed_beyond_cpu_and_memory(allocated, desired) {
+        return Err(infeasible(
+            "only cpu and memory resources are mutable".into(),
+        ));
+    }
+    let Some(room) = room else {
+        return Ok(());
+    };
+    let (cpu, memory) = admission::requests(desired);
+    if memory > room.node.memory_bytes {
+        return Err(infeasible(format!(
+            "Node didn't have enough capacity: memory, requested: {memory}, capacity: {}",
+            room.node.memory_bytes
+        )));
+    }
+    if cpu > room.node.cpu_millis {
+        return Err(infeasible(format!(
+            "Node didn't have enough capacity: cpu, requested: {cpu}, capacity: {}",
+            room.node.cpu_millis
+        )));
+    }
+    admission::admit(desired, room.others, room.node, room.node_labels).map_err(|r| ResizePending {
+        reason: DEFERRED,
+        message: r.message,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::PodSpec;
+
+    fn pod(cpu: &str, mem: &str) -> Pod {
+        let list = || {
+            Some(
+                [
+                    ("cpu".to_string(), Quantity(cpu.into())),
+                    ("memory".to_string(), Quantity(mem.into())),
+                ]
+                .into(),
+            )
+        };
+        Pod {
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "c".into(),
+                    resources: Some(ResourceRequirements {
+                        requests: list(),
+                        limits: list(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn node() -> Allocatable {
+        Allocatable {
+            cpu_millis: 1000,
+            memory_bytes: 1 << 30,
+            pods: 10,
+        }
+    }
+
+    #[test]
+    fn workers_run_the_allocation_until_a_resize_is_accepted() {
+        let mut a = Allocations::default();
+        let first = Arc::new(pod("100m", "64Mi"));
+        a.admit("u", &first);
+        assert!(!a.wants_resize("u", &pod("0.1", "64Mi")), "same amounts");
+        let bigger = Arc::new(pod("200m", "64Mi"));
+        assert!(a.wants_resize("u", &bigger));
+        let run = a.allocated_pod("u", bigger.clone());
+        assert_eq!(
+            run.spec.as_ref().unwrap().containers[0]
+                .resources
+                .as_ref()
+                .unwrap()
+                .limits
+                .as_ref()
+                .unwrap()["cpu"]
+                .0,
+            "100m"
+        );
+        a.accept("u", &bigger);
+        assert!(Arc::ptr_eq(&a.allocated_pod("u", bigger.clone()), &bigger));
+        a.forget("u");
+        assert!(!a.wants_resize("u", &first));
+    }
+
+    #[test]
+    fn infeasible_then_deferred_in_upstreams_order() {
+        let labels = BTreeMap::new();
+        let room = |others: Vec<&'static Pod>| {
+            Some(Room {
+                node: Box::leak(Box::new(node())),
+                node_labels: Box::leak(Box::new(labels.clone())),
+                others: others.into_iter(),
+            })
+        };
+        let old = pod("100m", "64Mi");
+        let e = check(&old, &pod("100m", "2Gi"), room(vec![])).unwrap_err();
+        assert_eq!(e.reason, INFEASIBLE);
+        assert_eq!(
+            e.message,
+            format!(
+                "Node didn't have enough capacity: memory, requested: {}, capacity: {}",
+                2u64 << 30,
+                1u64 << 30
+            )
+        );
+        let neighbour: &'static Pod = Box::leak(Box::new(pod("800m", "64Mi")));
+        let e = check(&old, &pod("300m", "64Mi"), room(vec![neighbour])).unwrap_err();
+        assert_eq!(e.reason, DEFERRED);
+        assert!(
+            e.message
+                .starts_with("Node didn't have enough resource: cpu"),
+            "{}",
+            e.message
+        );
+        assert!(check(&old, &pod("150m", "64Mi"), room(vec![neighbour])).is_ok());
+
+        let mut best_effort = pod("100m", "64Mi");
+        best_effort.spec.as_mut().unwrap().containers[0].resources = None;
+        let e = check(&old, &best_effort, room(vec![])).unwrap_err();
+        assert_eq!(
+            e.message,
+            "Pod QOS Class may not change as a result of resizing"
+        );
+        assert!(
+            check(
+                &old,
+                &pod("300m", "64Mi"),
+                None::<Room<std::iter::Empty<&Pod>>>
+            )
+            .is_ok()
+        );
+    }
+}
