@@ -133,6 +133,16 @@ disabled_plugins = [
           SystemdCgroup = $systemd_cgroup
           Root = "$KRS_I_RUNC_ROOT"
 
+      # A second handler, runc under another name, so a RuntimeClass can point at a handler
+      # that exists (tests/runtime_class.rs); a class naming any other handler fails
+      # RunPodSandbox.
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.krs-test]
+        runtime_type = "io.containerd.runc.v2"
+
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.krs-test.options]
+          SystemdCgroup = $systemd_cgroup
+          Root = "$KRS_I_RUNC_ROOT"
+
     [plugins."io.containerd.grpc.v1.cri".cni]
       bin_dir = "/usr/lib/cni"
       conf_dir = "$KRS_I_CNI_CONF_DIR"

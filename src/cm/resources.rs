@@ -277,6 +277,30 @@ mod tests {
     }
 
     #[test]
+    fn runtime_class_overhead_sizes_the_pod_cgroup() {
+        let both = [("cpu", "500m"), ("memory", "128Mi")];
+        let mut s = spec(vec![container(&both, &both)]);
+        s.overhead = Some(BTreeMap::from([
+            ("cpu".to_string(), Quantity("250m".into())),
+            ("memory".to_string(), Quantity("64Mi".into())),
+        ]));
+        let r = pod_resources(&s, &PodCgroupOptions::default()).unwrap();
+        assert_eq!(r.cpu_shares, Some(768));
+        assert_eq!(r.cpu_quota, Some(75_000));
+        assert_eq!(r.memory_limit, Some(192 * 1024 * 1024));
+        // Burstable without a memory limit: the overhead raises the shares, adds no limit.
+        let mut s = spec(vec![container(&[("cpu", "100m")], &[])]);
+        s.overhead = Some(BTreeMap::from([
+            ("cpu".to_string(), Quantity("100m".into())),
+            ("memory".to_string(), Quantity("64Mi".into())),
+        ]));
+        let r = pod_resources(&s, &PodCgroupOptions::default()).unwrap();
+        assert_eq!(r.cpu_shares, Some(204));
+        assert_eq!(r.memory_limit, None);
+        assert_eq!(r.cpu_quota, None);
+    }
+
+    #[test]
     fn quota_disabled() {
         let both = [("cpu", "1"), ("memory", "1Gi")];
         let opts = PodCgroupOptions {

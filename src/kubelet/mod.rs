@@ -89,7 +89,8 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
     info!(node = %node_name, node_ip = %host.node_ip, version = crate::cli::KUBELET_VERSION, "Starting kubelet");
     preflight::apply_oom_score_adj(cfg.oom_score_adj);
     preflight::create_dirs(root_dir, std::path::Path::new(&cfg.pod_logs_dir))?;
-    let (cri, runtime_name) = preflight::connect_runtime(&settings).await?;
+    let (cri, runtime_version) = preflight::connect_runtime(&settings).await?;
+    let runtime_name = runtime_version.name.clone();
     let mut tasks = Tasks::default();
     logrotate::spawn(&settings, cri.clone(), &mut tasks, &cancel)?;
     let mut cgroup_settings = CgroupSettings::from(&settings);
@@ -120,12 +121,15 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
     );
     let oom_kills = oom::spawn(events.clone(), node_name.clone(), &mut tasks, &cancel);
     let runtime_settings = RuntimeSettings::new(&settings, &host);
-    let volumes = Arc::new(VolumeManager::new(
-        runtime_settings.root_dir.clone(),
-        api.clone(),
-        runtime_settings.node_allocatable(),
-        events.clone(),
-    ));
+    let volumes = Arc::new(
+        VolumeManager::new(
+            runtime_settings.root_dir.clone(),
+            api.clone(),
+            runtime_settings.node_allocatable(),
+            events.clone(),
+        )
+        .with_runtime(runtime_version),
+    );
     let runtime = Arc::new(
         RuntimeManager::new(
             cri.clone(),

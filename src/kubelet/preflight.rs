@@ -87,7 +87,9 @@ pub fn create_dirs(root_dir: &Path, logs_root: &Path) -> Result<(), KubeletError
 
 /// Connects to the CRI runtime and asks its version; returns the client and the runtime's
 /// name (the sync loop reports it in pod statuses).
-pub async fn connect_runtime(settings: &Settings) -> Result<(RuntimeClient, String), KubeletError> {
+pub async fn connect_runtime(
+    settings: &Settings,
+) -> Result<(RuntimeClient, crate::volume::image::RuntimeVersion), KubeletError> {
     let cfg = &settings.config;
     let endpoint = &cfg.container_runtime_endpoint;
     let failed = |source| KubeletError::Runtime {
@@ -108,5 +110,11 @@ pub async fn connect_runtime(settings: &Settings) -> Result<(RuntimeClient, Stri
         api = %version.runtime_api_version,
         "Container runtime connected"
     );
-    Ok((cri, version.runtime_name))
+    Ok((
+        cri,
+        crate::volume::image::RuntimeVersion {
+            name: version.runtime_name,
+            version: version.runtime_version,
+        },
+    ))
 }

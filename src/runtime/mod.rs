@@ -8,6 +8,7 @@ pub mod dns;
 pub mod env;
 pub mod env_sources;
 mod hooks;
+pub mod hostname;
 pub mod images;
 pub mod labels;
 mod metrics;
@@ -15,6 +16,7 @@ pub mod observed;
 pub mod paths;
 pub mod pull_secrets;
 pub mod resize;
+pub mod runtime_class;
 pub mod sandbox;
 pub mod services;
 mod termination_message;
@@ -55,6 +57,10 @@ pub enum RuntimeError {
     Cgroup(#[from] crate::cm::CgroupError),
     #[error("blocking task failed: {0}")]
     Blocking(String),
+    #[error(transparent)]
+    RuntimeClass(#[from] runtime_class::RuntimeClassError),
+    #[error(transparent)]
+    Hostname(#[from] hostname::HostnameError),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -461,7 +467,7 @@ impl RuntimeManager {
         attempt: u32,
     ) -> Result<api::PodSandboxConfig, RuntimeError> {
         let cgroup_parent = self.cgroups.pod_cgroup_parent(pod);
-        Ok(sandbox::sandbox_config(
+        let mut config = sandbox::sandbox_config(
             pod,
             attempt,
             &sandbox::SandboxParams {
@@ -469,7 +475,9 @@ impl RuntimeManager {
                 cgroup_parent: &cgroup_parent,
                 dns: &self.settings.dns,
             },
-        ))
+        );
+        config.hostname = hostname::kernel_hostname(pod, &self.settings.dns.cluster_domain)?;
+        Ok(config)
     }
 
     /// The pod's cgroup and sandbox, traced as `createPodSandbox`.
@@ -520,10 +528,19 @@ impl RuntimeManager {
                 path: log_dir.clone(),
                 source,
             })?;
+        let handler = runtime_class::lookup_handler(
+            self.client.as_ref(),
+            pod,
+            &self.settings.runtime_handler,
+        )
+        .await?;
+        if !handler.is_empty() {
+            tracing::debug!(%handler, "Running pod with runtime handler");
+        }
         metrics::record_pod_started();
         let id = self
             .cri
-            .run_pod_sandbox(config, &self.settings.runtime_handler)
+            .run_pod_sandbox(config, &handler)
             .await
             .map_err(cri("RunPodSandbox"))?;
         let status = self

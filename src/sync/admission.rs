@@ -126,6 +126,35 @@ fn short(resource: &str, requested: i64, used: i64, capacity: i64) -> String {
     )
 }
 
+/// The label and the field that tie a pod to an operating system.
+const OS_LABEL: &str = "kubernetes.io/os";
+
+/// A pod for another operating system is refused before anything else, static pods included
+/// (upstream checks these first, as no preemption could help). Upstream compares the pod's
+/// `kubernetes.io/os` *label* (not its nodeSelector) with the node's OS, and `spec.os.name`.
+pub fn admit_os(pod: &Pod) -> Result<(), Rejection> {
+    let node_os = std::env::consts::OS;
+    let label = pod.metadata.labels.as_ref().and_then(|l| l.get(OS_LABEL));
+    if label.is_some_and(|os| os != node_os) {
+        return reject(
+            "PodOSSelectorNodeLabelDoesNotMatch",
+            "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label".into(),
+        );
+    }
+    let field = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.os.as_ref())
+        .map(|o| o.name.as_str());
+    if field.is_some_and(|os| os != node_os) {
+        return reject(
+            "PodOSNotSupported",
+            "Failed to admit pod as the OS field doesn't match node OS".into(),
+        );
+    }
+    Ok(())
+}
+
 /// While the node shuts down no new pod is admitted (upstream's shutdown admit handler).
 pub fn admit_during_shutdown(shutting_down: bool) -> Result<(), Rejection> {
     if shutting_down {
@@ -351,6 +380,45 @@ mod tests {
         assert_eq!(
             r.message,
             "The node had condition: [MemoryPressure DiskPressure]. "
+        );
+    }
+
+    #[test]
+    fn another_os_is_refused_by_field_or_label() {
+        use k8s_openapi::api::core::v1::PodOS;
+        let mut p = pod("1m", "1Mi", None);
+        assert!(admit_os(&p).is_ok());
+        p.spec.as_mut().unwrap().os = Some(PodOS {
+            name: "linux".into(),
+        });
+        assert!(admit_os(&p).is_ok());
+        p.spec.as_mut().unwrap().os = Some(PodOS {
+            name: "windows".into(),
+        });
+        let r = admit_os(&p).unwrap_err();
+        assert_eq!(r.reason, "PodOSNotSupported");
+        assert_eq!(
+            r.message,
+            "Failed to admit pod as the OS field doesn't match node OS"
+        );
+        p.metadata.labels = Some(BTreeMap::from([(OS_LABEL.into(), "windows".into())]));
+        let r = admit_os(&p).unwrap_err();
+        assert_eq!(r.reason, "PodOSSelectorNodeLabelDoesNotMatch");
+    }
+
+    #[test]
+    fn overhead_counts_towards_the_fit() {
+        let mut p = pod("1500m", "1Mi", None);
+        assert!(admit(&p, [].into_iter(), &node(), &BTreeMap::new()).is_ok());
+        p.spec.as_mut().unwrap().overhead = Some(BTreeMap::from([(
+            "cpu".to_string(),
+            Quantity("600m".into()),
+        )]));
+        let r = admit(&p, [].into_iter(), &node(), &BTreeMap::new()).unwrap_err();
+        assert_eq!(r.reason, "OutOfcpu");
+        assert_eq!(
+            r.message,
+            "Node didn't have enough resource: cpu, requested: 2100, used: 0, capacity: 2000"
         );
     }
 

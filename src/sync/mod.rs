@@ -353,6 +353,10 @@ impl SyncLoop {
 
     /// Admission of a new API pod; a rejected pod gets a Failed status and no worker.
     fn admitted(&mut self, pod: &Arc<Pod>) -> bool {
+        if let Err(rejection) = admission::admit_os(pod) {
+            self.reject(pod, rejection);
+            return false;
+        }
         let Some(adm) = &self.admission else {
             return true;
         };
@@ -377,6 +381,12 @@ impl SyncLoop {
         let Err(rejection) = verdict else {
             return true;
         };
+        self.reject(pod, rejection);
+        false
+    }
+
+    /// A pod failed at admission: a Failed status and no worker.
+    fn reject(&mut self, pod: &Arc<Pod>, rejection: admission::Rejection) {
         let uid = uid_of(pod);
         warn!(pod = %pod_full_name(pod), reason = %rejection.reason, message = %rejection.message, "Pod rejected");
         let status = k8s_openapi::api::core::v1::PodStatus {
@@ -387,7 +397,6 @@ impl SyncLoop {
         };
         self.ctx.status.set(&uid, pod.clone(), status);
         self.rejected.insert(uid);
-        false
     }
 
     /// A pod removed from its source, or whose deletion the API server asked for.

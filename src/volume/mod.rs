@@ -13,6 +13,7 @@ pub mod contents;
 pub mod empty_dir;
 pub mod etc_hosts;
 pub mod host_path;
+pub mod image;
 pub mod mounts;
 pub mod tokens;
 
@@ -143,6 +144,10 @@ enum Plan {
         reason: String,
     },
     Unsupported(&'static str),
+    /// An image volume, which only the runtime can mount.
+    Image {
+        reason: String,
+    },
 }
 
 fn written_plugin(v: &Volume) -> &'static str {
@@ -197,6 +202,7 @@ fn apply(pod_dir: &Path, plans: Vec<(String, Plan)>, own: Ownership) -> Applied 
                 let dir = volume_dir(pod_dir, plugin, &name);
                 Err((reason, has_copy(&dir).then_some(dir)))
             }
+            Plan::Image { reason } => Err((reason, None)),
             Plan::Unsupported(kind) => Err((
                 format!("{kind} volumes are not supported by this version of kubelet-rs"),
                 None,
@@ -258,6 +264,8 @@ pub struct VolumeManager {
     node: NodeAllocatable,
     events: EventRecorder,
     tokens: tokens::TokenCache,
+    /// The container runtime, which decides whether image volumes can be had.
+    runtime: Option<image::RuntimeVersion>,
 }
 
 impl VolumeManager {
@@ -273,7 +281,13 @@ impl VolumeManager {
             node,
             events,
             tokens: tokens::TokenCache::default(),
+            runtime: None,
         }
+    }
+
+    pub fn with_runtime(mut self, runtime: image::RuntimeVersion) -> Self {
+        self.runtime = Some(runtime);
+        self
     }
 
     pub fn pod_dir(&self, uid: &str) -> PathBuf {
@@ -335,6 +349,10 @@ impl VolumeManager {
                         plugin,
                         reason: e.to_string(),
                     },
+                }
+            } else if v.image.is_some() {
+                Plan::Image {
+                    reason: image::unsupported_reason(self.runtime.as_ref()),
                 }
             } else {
                 Plan::Unsupported(kind_name(v))
