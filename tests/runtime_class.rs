@@ -44,7 +44,14 @@ fn apply_class(name: &str, handler: &str) {
 }
 
 fn delete_class(name: &str) {
-    let _ = kubectl(&["delete", "runtimeclass", name, "--ignore-not-found", "--wait"]).status();
+    let _ = kubectl(&[
+        "delete",
+        "runtimeclass",
+        name,
+        "--ignore-not-found",
+        "--wait",
+    ])
+    .status();
 }
 
 fn pod(name: &str, class: &str) -> Pod {
@@ -190,7 +197,12 @@ async fn runtime_class_handler_overhead_and_missing_class() {
     // 64Mi of limit plus 32Mi of overhead; 200m plus 100m of CPU.
     let root = k.cgroup_root.clone();
     assert_eq!(
-        pod_cgroup_file(&root, &uid, ("memory", "memory.limit_in_bytes"), "memory.max"),
+        pod_cgroup_file(
+            &root,
+            &uid,
+            ("memory", "memory.limit_in_bytes"),
+            "memory.max"
+        ),
         (96u64 << 20).to_string()
     );
     let quota = pod_cgroup_file(&root, &uid, ("cpu", "cpu.cfs_quota_us"), "cpu.max");
@@ -220,7 +232,10 @@ async fn runtime_class_handler_overhead_and_missing_class() {
         || async { pods.get("rtc-missing").await.ok().filter(running) },
     )
     .await;
-    assert_eq!(sandbox_handler(p.metadata.uid.as_deref().unwrap()), "krs-test");
+    assert_eq!(
+        sandbox_handler(p.metadata.uid.as_deref().unwrap()),
+        "krs-test"
+    );
 
     // A handler the runtime does not have: containerd's refusal reaches the event.
     pods.create(&PostParams::default(), &pod("rtc-bad", BAD_CLASS))
@@ -240,10 +255,7 @@ async fn runtime_class_handler_overhead_and_missing_class() {
         "{msg}"
     );
     let bad = pods.get("rtc-bad").await.unwrap();
-    assert_eq!(
-        bad.status.and_then(|s| s.phase).as_deref(),
-        Some("Pending")
-    );
+    assert_eq!(bad.status.and_then(|s| s.phase).as_deref(), Some("Pending"));
 
     for p in ["rtc-handler", "rtc-missing", "rtc-bad"] {
         let _ = pods.delete(p, &gone).await;
