@@ -152,9 +152,13 @@ fn pod_cgroup_file(root: &str, uid: &str, v1: (&str, &str), v2: &str) -> String 
         .unwrap_or_else(|e| panic!("{v1_path} / {v2_path}: {e}"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn runtime_class_handler_overhead_and_missing_class() {
+#[test]
+fn runtime_class_handler_overhead_and_missing_class() {
     let _serial = serial();
+    multi_thread_runtime().block_on(runtime_class_handler_overhead_and_missing_class_async());
+}
+
+async fn runtime_class_handler_overhead_and_missing_class_async() {
     let client = admin_client().await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let gone = DeleteParams::default().grace_period(0);
