@@ -143,6 +143,15 @@ disabled_plugins = [
           SystemdCgroup = $systemd_cgroup
           Root = "$KRS_I_RUNC_ROOT"
 
+      # The handler upstream's e2e RuntimeClass specs expect on a non-docker runtime
+      # (framework.PreconfiguredRuntimeClassHandler: "test-handler"), runc as well.
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.test-handler]
+        runtime_type = "io.containerd.runc.v2"
+
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.test-handler.options]
+          SystemdCgroup = $systemd_cgroup
+          Root = "$KRS_I_RUNC_ROOT"
+
     [plugins."io.containerd.grpc.v1.cri".cni]
       bin_dir = "/usr/lib/cni"
       conf_dir = "$KRS_I_CNI_CONF_DIR"
