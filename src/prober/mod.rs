@@ -173,14 +173,26 @@ impl ProbeManager {
             .as_ref()
             .map(|s| s.containers.as_slice())
             .unwrap_or(&[]);
-        let probed: Vec<(usize, ProbeKind)> = containers
+        // Sidecars are probed like app containers; plain init containers never are.
+        let sidecars = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.init_containers.as_deref())
+            .unwrap_or(&[])
             .iter()
             .enumerate()
-            .flat_map(|(i, c)| {
+            .filter(|(_, c)| crate::runtime::sidecars::is_sidecar(c))
+            .map(|(i, c)| (i, c, true));
+        let probed: Vec<(usize, ProbeKind, bool)> = containers
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (i, c, false))
+            .chain(sidecars)
+            .flat_map(|(i, c, sidecar)| {
                 ProbeKind::ALL
                     .into_iter()
                     .filter(|k| k.of(c).is_some())
-                    .map(move |k| (i, k))
+                    .map(move |k| (i, k, sidecar))
             })
             .collect();
         if probed.is_empty() {
@@ -195,8 +207,9 @@ impl ProbeManager {
             pods.insert(uid.clone(), token.clone());
             token
         };
-        for (index, kind) in probed {
+        for (index, kind, sidecar) in probed {
             let w = worker::Worker::new(self.clone(), pod.clone(), index, kind);
+            let w = if sidecar { w.for_sidecar() } else { w };
             tokio::spawn(w.run(token.clone()));
         }
     }

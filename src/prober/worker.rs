@@ -24,6 +24,8 @@ pub struct Worker {
     run: u32,
     /// After a liveness or startup failure: nothing more until the container is replaced.
     on_hold: bool,
+    /// `index` is into `initContainers` (a sidecar), not `containers`.
+    sidecar: bool,
 }
 
 fn seconds(v: Option<i32>, default: i32, min: i32) -> Duration {
@@ -90,11 +92,23 @@ impl Worker {
             last: Outcome::Unknown,
             run: 0,
             on_hold: false,
+            sidecar: false,
         }
     }
 
+    /// Probes the sidecar at `index` in `initContainers` instead.
+    pub fn for_sidecar(mut self) -> Self {
+        self.sidecar = true;
+        self
+    }
+
     fn container(&self) -> Option<&Container> {
-        self.pod.spec.as_ref()?.containers.get(self.index)
+        let spec = self.pod.spec.as_ref()?;
+        if self.sidecar {
+            spec.init_containers.as_ref()?.get(self.index)
+        } else {
+            spec.containers.get(self.index)
+        }
     }
 
     fn labels(&self, result: &'static str) -> [String; 6] {
@@ -168,12 +182,12 @@ impl Worker {
         let Some(spec) = self.container().cloned() else {
             return false;
         };
-        let Some(cs) = status
-            .container_statuses
-            .iter()
-            .flatten()
-            .find(|s| s.name == spec.name)
-        else {
+        let statuses = if self.sidecar {
+            &status.init_container_statuses
+        } else {
+            &status.container_statuses
+        };
+        let Some(cs) = statuses.iter().flatten().find(|s| s.name == spec.name) else {
             return true;
         };
         let Some(id) = cs.container_id.as_deref().map(strip_runtime) else {
@@ -197,12 +211,14 @@ impl Worker {
             if self.kind == ProbeKind::Readiness {
                 self.set(id, Outcome::Failure);
             }
-            let never_again = self
-                .pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.restart_policy.as_deref())
-                == Some("Never")
+            // A sidecar restarts whatever the pod's policy; it ends with the pod.
+            let never_again = !self.sidecar
+                && self
+                    .pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.restart_policy.as_deref())
+                    == Some("Never")
                 && cs.state.as_ref().is_some_and(|s| s.terminated.is_some());
             return !never_again;
         };

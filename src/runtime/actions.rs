@@ -10,6 +10,7 @@ use crate::prober::{self, Verdicts};
 use crate::runtime::backoff::Backoff;
 use crate::runtime::labels::{container_hash, hash_matches};
 use crate::runtime::observed::{ContainerInfo, ContainerState, ObservedPod};
+use crate::runtime::sidecars;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RestartPolicy {
@@ -116,7 +117,7 @@ fn next_restart_count(observed: &ObservedPod, name: &str) -> u32 {
 }
 
 /// Decides whether an exited container may start again now, or must wait out its backoff.
-fn restart_or_wait(
+pub(crate) fn restart_or_wait(
     uid: &str,
     container: &Container,
     previous: &ContainerInfo,
@@ -187,8 +188,24 @@ pub fn compute_pod_actions(
                 matches!(s.state, ContainerState::Running | ContainerState::Created)
             })
         });
+    // With sidecars the init sequence has rules of its own (see sidecars.rs).
+    let with_sidecars = sidecars::has_sidecars(pod);
+    if with_sidecars
+        && !sidecars::init_actions(
+            pod,
+            observed,
+            backoff,
+            probes,
+            now,
+            fresh,
+            initialized,
+            &mut actions,
+        )
+    {
+        return actions;
+    }
     for (index, c) in init_containers(pod).iter().enumerate() {
-        if initialized {
+        if initialized || with_sidecars {
             break;
         }
         let current = if fresh {
@@ -337,8 +354,9 @@ pub fn compute_pod_actions(
         }
     }
 
-    if !any_running && actions.start.is_empty() && actions.backoff.is_empty() {
+    if !sidecars::app_work_left(pod, any_running, &actions) {
         // Everything ran to its end. A fresh sandbox would only be stopped again.
+        sidecars::drop_sidecar_work(pod, &mut actions);
         actions.create_sandbox = false;
         actions.pod_finished = true;
     }

@@ -19,6 +19,7 @@ pub mod resize;
 pub mod runtime_class;
 pub mod sandbox;
 pub mod services;
+pub mod sidecars;
 mod termination_message;
 #[cfg(test)]
 pub(crate) mod tests;
@@ -342,6 +343,13 @@ impl RuntimeManager {
         }
         if actions.pod_finished {
             outcome.finished = true;
+            if !actions.kill_pod && observed.running_containers().next().is_some() {
+                // Sidecars still running in a completed pod: stopped in order, with the
+                // pod's grace period, sandbox after them.
+                self.kill_pod(pod, observed, Grace::Pod(grace_seconds(pod)))
+                    .await?;
+                return Ok(outcome);
+            }
             for sb in observed.sandboxes.iter().filter(|s| s.ready) {
                 self.cri
                     .stop_pod_sandbox(&sb.id)
@@ -849,6 +857,23 @@ impl RuntimeManager {
         grace: Grace,
         pod_ip: &str,
     ) -> Result<(), CriError> {
+        self.stop_container_after(pod, name, id, grace, pod_ip, std::future::ready(()))
+            .await
+    }
+
+    /// [`Self::stop_container`], with the stop signal held back until `turn` resolves (the
+    /// containers this one must outlive have stopped) or the grace period runs out; the
+    /// preStop hook does not wait, and the wait counts against the same period.
+    async fn stop_container_after(
+        &self,
+        pod: &Pod,
+        name: &str,
+        id: &str,
+        grace: Grace,
+        pod_ip: &str,
+        turn: impl std::future::Future<Output = ()>,
+    ) -> Result<(), CriError> {
+        let began = std::time::Instant::now();
         let (Grace::Pod(g) | Grace::Override(g)) = grace;
         let minimum = match grace {
             Grace::Pod(_) => MIN_GRACE_SECONDS,
@@ -874,6 +899,16 @@ impl RuntimeManager {
                     .pod(pod, EventType::Warning, "FailedPreStopHook", &message);
             }
             remaining = grace - started.elapsed().as_secs() as i64;
+        }
+        if remaining > 0 {
+            let left = Duration::from_secs(remaining as u64);
+            if tokio::time::timeout(left, turn).await.is_err() {
+                debug!(
+                    container = name,
+                    "Grace period over before its turn to stop"
+                );
+            }
+            remaining = grace - began.elapsed().as_secs() as i64;
         }
         self.cri.stop_container(id, remaining.max(minimum)).await
     }
@@ -913,7 +948,8 @@ impl RuntimeManager {
         .map_err(|e| e.to_string())
     }
 
-    /// Stops every container (in parallel, each with the grace period) and then the sandboxes.
+    /// Stops every container (in parallel, each with the grace period, sidecars after the app
+    /// containers and in reverse order, see [`sidecars::stop_order`]) and then the sandboxes.
     pub async fn kill_pod(
         &self,
         pod: &Pod,
@@ -924,14 +960,38 @@ impl RuntimeManager {
             .newest_sandbox()
             .and_then(|s| s.ips.first().cloned())
             .unwrap_or_default();
-        let stops = observed.running_containers().map(|c| {
+        let running: Vec<&ContainerInfo> = observed.running_containers().collect();
+        let names: Vec<&str> = running.iter().map(|c| c.name.as_str()).collect();
+        let order = sidecars::stop_order(pod, &names);
+        let stopped: HashMap<&str, tokio::sync::watch::Sender<bool>> = names
+            .iter()
+            .map(|n| (*n, tokio::sync::watch::Sender::new(false)))
+            .collect();
+        let stops = running.iter().map(|c| {
             self.events.pod(
                 pod,
                 EventType::Normal,
                 "Killing",
                 &format!("Stopping container {}", c.name),
             );
-            self.stop_container(pod, &c.name, &c.id, grace, &pod_ip)
+            let waits_for = order.get(&c.name).cloned().unwrap_or_default();
+            let (stopped, pod_ip) = (&stopped, &pod_ip);
+            let turn = async move {
+                for name in &waits_for {
+                    if let Some(tx) = stopped.get(name.as_str()) {
+                        let _ = tx.subscribe().wait_for(|done| *done).await;
+                    }
+                }
+            };
+            async move {
+                let r = self
+                    .stop_container_after(pod, &c.name, &c.id, grace, pod_ip, turn)
+                    .await;
+                if let Some(tx) = stopped.get(c.name.as_str()) {
+                    tx.send_replace(true);
+                }
+                r
+            }
         });
         for r in join_all(stops).await {
             match r {

@@ -80,6 +80,7 @@ impl fmt::Display for FieldErrors {
 impl std::error::Error for FieldErrors {}
 
 const RESTART_POLICIES: &[&str] = &["Always", "OnFailure", "Never"];
+const INIT_RESTART_POLICIES: &[&str] = &["Always"];
 const DNS_POLICIES: &[&str] = &["ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"];
 const PULL_POLICIES: &[&str] = &["Always", "IfNotPresent", "Never"];
 const TERMINATION_MESSAGE_POLICIES: &[&str] = &["File", "FallbackToLogsOnError"];
@@ -203,16 +204,12 @@ fn validate_spec(spec: &PodSpec, errs: &mut Collector) {
     for (i, c) in inits.enumerate() {
         let path = format!("spec.initContainers[{i}]");
         validate_container(c, &path, &volumes, &mut names, errs);
-        if c.restart_policy.is_some() {
-            // Restartable init containers (sidecars) need lifecycle rules this kubelet does
-            // not have yet; running them as plain init containers would block the pod forever.
-            errs.push(
-                format!("{path}.restartPolicy"),
-                FieldErrorKind::Forbidden {
-                    detail: "sidecar (restartable) init containers are not supported by this version of kubelet-rs".to_string(),
-                },
-            );
-        }
+        // `Always` makes it a sidecar (see runtime/sidecars.rs); nothing else is allowed.
+        errs.one_of(
+            format!("{path}.restartPolicy"),
+            c.restart_policy.as_deref(),
+            INIT_RESTART_POLICIES,
+        );
     }
     for (i, c) in spec.containers.iter().enumerate() {
         let path = format!("spec.containers[{i}]");
@@ -427,6 +424,28 @@ mod tests {
         assert!(
             e.contains("spec.containers[0].name: Invalid value: \"Web\""),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn init_containers_may_only_be_sidecars_by_always() {
+        let mut pod = valid_pod();
+        let init = |policy: &str| Container {
+            name: "proxy".into(),
+            image: Some("busybox".into()),
+            restart_policy: Some(policy.into()),
+            ..Default::default()
+        };
+        if let Some(s) = pod.spec.as_mut() {
+            s.init_containers = Some(vec![init("Always")]);
+        }
+        assert_eq!(validate_pod(&pod), Ok(()));
+        if let Some(s) = pod.spec.as_mut() {
+            s.init_containers = Some(vec![init("Never")]);
+        }
+        assert_eq!(
+            errors(&pod),
+            "spec.initContainers[0].restartPolicy: Unsupported value: \"Never\": supported values: \"Always\""
         );
     }
 

@@ -126,10 +126,11 @@ fn container_status(
         ),
     };
     let running = state.running.is_some();
-    let (ready, started) = if init {
-        // An init container that completed counts as ready, as upstream reports it.
+    let (ready, started) = if init && !is_sidecar(spec) {
+        // A plain init container is ready once it completed, as upstream reports it; a
+        // sidecar follows its probes like an app container.
         let done = state.terminated.as_ref().is_some_and(|t| t.exit_code == 0);
-        (running || done, running)
+        (done, running)
     } else {
         let view = prober::view(spec, running, newest.and_then(|n| input.probes.get(&n.id)));
         (view.ready, view.started)
@@ -157,38 +158,53 @@ fn container_status(
     }
 }
 
-/// Upstream's phase rules over the generated container statuses.
+/// Upstream's phase rules over the generated container statuses (`init` in the order of
+/// `init_specs`). Sidecars hold the pod Pending until started and keep it Running while they
+/// run; once stopped they do not count.
 pub fn pod_phase(
     policy: RestartPolicy,
+    init_specs: &[Container],
     init: &[ContainerStatus],
     regular: &[ContainerStatus],
-    init_specs: usize,
 ) -> &'static str {
+    let failed_before = |s: &ContainerStatus| {
+        s.last_state
+            .as_ref()
+            .and_then(|l| l.terminated.as_ref())
+            .map(|t| t.exit_code != 0)
+    };
     let mut pending_init = 0;
     let mut failed_init = 0;
-    for s in init {
+    let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
+    for (spec, s) in init_specs.iter().zip(init) {
         let st = s.state.clone().unwrap_or_default();
+        if is_sidecar(spec) {
+            if st.running.is_some() {
+                running += 1;
+                if s.started != Some(true) {
+                    pending_init += 1;
+                }
+            } else if st.terminated.is_none() && failed_before(s).is_none() {
+                pending_init += 1;
+                waiting += 1;
+            }
+            continue;
+        }
         if let Some(t) = st.terminated {
             if t.exit_code != 0 {
                 failed_init += 1;
             }
         } else if st.waiting.is_some() {
-            let failed_before = s
-                .last_state
-                .as_ref()
-                .and_then(|l| l.terminated.as_ref())
-                .is_some_and(|t| t.exit_code != 0);
-            if failed_before {
-                failed_init += 1;
-            } else {
-                pending_init += 1;
+            match failed_before(s) {
+                Some(true) => failed_init += 1,
+                Some(false) => {}
+                None => pending_init += 1,
             }
         } else {
             pending_init += 1;
         }
     }
-    pending_init += init_specs.saturating_sub(init.len());
-    let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
+    pending_init += init_specs.len().saturating_sub(init.len());
     for s in regular {
         let st = s.state.clone().unwrap_or_default();
         if st.running.is_some() {
@@ -198,12 +214,7 @@ pub fn pod_phase(
             if t.exit_code == 0 {
                 succeeded += 1;
             }
-        } else if s
-            .last_state
-            .as_ref()
-            .and_then(|l| l.terminated.as_ref())
-            .is_some()
-        {
+        } else if failed_before(s).is_some() {
             stopped += 1;
         } else {
             waiting += 1;
@@ -212,7 +223,9 @@ pub fn pod_phase(
     if failed_init > 0 && policy == RestartPolicy::Never {
         return "Failed";
     }
-    if pending_init > 0 || waiting > 0 {
+    // Init containers pending again (a sidecar restarting, records removed) do not send a
+    // pod whose app containers have run back to Pending.
+    if (pending_init > 0 && !regular_started(regular)) || waiting > 0 {
         return "Pending";
     }
     if running > 0 {
@@ -228,6 +241,19 @@ pub fn pod_phase(
         };
     }
     "Pending"
+}
+
+fn is_sidecar(c: &Container) -> bool {
+    crate::runtime::sidecars::is_sidecar(c)
+}
+
+/// Whether an init container has done its part: completed, or for a sidecar, started.
+fn init_complete(spec: &Container, s: &ContainerStatus) -> bool {
+    if is_sidecar(spec) {
+        s.started == Some(true)
+    } else {
+        succeeded(s)
+    }
 }
 
 fn condition(
@@ -302,7 +328,10 @@ pub fn generate_pod_status(input: &PodStatusInput<'_>) -> PodStatus {
         .iter()
         .map(|c| container_status(c, input, "PodInitializing", true))
         .collect();
-    let init_done = init_statuses.iter().all(succeeded);
+    let init_done = init_specs
+        .iter()
+        .zip(&init_statuses)
+        .all(|(c, s)| init_complete(c, s));
     let default_waiting = if init_done {
         "ContainerCreating"
     } else {
@@ -315,19 +344,26 @@ pub fn generate_pod_status(input: &PodStatusInput<'_>) -> PodStatus {
         .collect();
     let phase = match input.failure {
         Some(_) => "Failed",
-        None => pod_phase(policy, &init_statuses, &statuses, 0),
+        None => pod_phase(policy, &init_specs, &init_statuses, &statuses),
     };
 
     let now = time(input.now);
-    let unready: Vec<&str> = statuses
+    // Sidecars count towards readiness, listed before the app containers as upstream does.
+    let sidecar_statuses = init_specs
         .iter()
+        .zip(&init_statuses)
+        .filter(|(c, _)| is_sidecar(c))
+        .map(|(_, s)| s);
+    let unready: Vec<&str> = sidecar_statuses
+        .chain(&statuses)
         .filter(|s| !s.ready)
         .map(|s| s.name.as_str())
         .collect();
-    let incomplete: Vec<&str> = init_statuses
+    let incomplete: Vec<&str> = init_specs
         .iter()
-        .filter(|s| !succeeded(s))
-        .map(|s| s.name.as_str())
+        .zip(&init_statuses)
+        .filter(|(c, s)| !init_complete(c, s))
+        .map(|(_, s)| s.name.as_str())
         .collect();
     let sandbox_ready = input.observed.newest_sandbox().is_some_and(|s| s.ready);
     // Upstream's rules: a terminal pod is never ready (reason PodCompleted or PodFailed, no
@@ -667,6 +703,121 @@ mod tests {
         );
         assert_eq!(c("Ready").message, None);
         assert_eq!(c("Initialized").status, "True");
+    }
+
+    #[test]
+    fn sidecars_gate_initialization_and_count_towards_readiness() {
+        use crate::prober::Outcome;
+        use k8s_openapi::api::core::v1::Probe;
+        let mut p = pod("Never");
+        p.spec.as_mut().unwrap().init_containers = Some(vec![
+            Container {
+                name: "init".into(),
+                ..Default::default()
+            },
+            Container {
+                name: "proxy".into(),
+                restart_policy: Some("Always".into()),
+                startup_probe: Some(Probe::default()),
+                readiness_probe: Some(Probe::default()),
+                ..Default::default()
+            },
+        ]);
+        let named = |name: &str, attempt, state, code| ContainerInfo {
+            name: name.into(),
+            id: format!("{name}{attempt}"),
+            ..info(attempt, state, code)
+        };
+        let cond = |s: &PodStatus, t: &str| {
+            let c = s
+                .conditions
+                .iter()
+                .flatten()
+                .find(|c| c.type_ == t)
+                .unwrap();
+            (c.status.clone(), c.message.clone())
+        };
+        let verdicts = |startup, readiness| {
+            HashMap::from([(
+                "proxy0".to_string(),
+                Verdicts {
+                    startup: Some(startup),
+                    readiness: Some(readiness),
+                    ..Default::default()
+                },
+            )])
+        };
+        let status = |o: &ObservedPod, probes: &HashMap<String, Verdicts>| {
+            generate_pod_status(&PodStatusInput {
+                failure: None,
+                probes,
+                pod: &p,
+                observed: o,
+                waiting: &HashMap::new(),
+                start_time: SystemTime::UNIX_EPOCH,
+                node_ip: "192.0.2.1",
+                runtime_name: "containerd",
+                now: SystemTime::UNIX_EPOCH,
+            })
+        };
+
+        // A plain init container at work is not ready.
+        let o = observed(vec![named("init", 0, ContainerState::Running, 0)]);
+        let s = status(&o, &HashMap::new());
+        let init = &s.init_container_statuses.as_ref().unwrap()[0];
+        assert_eq!((init.ready, init.started), (false, Some(true)));
+
+        // The sidecar runs, its startup probe has not passed: still initializing.
+        let o = observed(vec![
+            named("init", 0, ContainerState::Exited, 0),
+            named("proxy", 0, ContainerState::Running, 0),
+        ]);
+        let s = status(&o, &verdicts(Outcome::Unknown, Outcome::Failure));
+        assert_eq!(s.phase.as_deref(), Some("Pending"));
+        assert_eq!(
+            cond(&s, "Initialized"),
+            (
+                "False".into(),
+                Some("containers with incomplete status: [proxy]".into())
+            )
+        );
+        // Started: initialized, but not ready until its readiness probe passes.
+        let s = status(&o, &verdicts(Outcome::Success, Outcome::Failure));
+        assert_eq!(cond(&s, "Initialized").0, "True");
+        let proxy = &s.init_container_statuses.as_ref().unwrap()[1];
+        assert!(proxy.state.as_ref().unwrap().running.is_some());
+        assert_eq!((proxy.ready, proxy.started), (false, Some(true)));
+        let mut o = o;
+        o.containers.push(named("a", 0, ContainerState::Running, 0));
+        o.sort();
+        let s = status(&o, &verdicts(Outcome::Success, Outcome::Failure));
+        assert_eq!(s.phase.as_deref(), Some("Running"));
+        assert_eq!(
+            cond(&s, "ContainersReady"),
+            (
+                "False".into(),
+                Some("containers with unready status: [proxy]".into())
+            )
+        );
+        let s = status(&o, &verdicts(Outcome::Success, Outcome::Success));
+        assert_eq!(cond(&s, "Ready").0, "True");
+
+        // The app finished and the sidecar was stopped by a signal: the app decides.
+        let o = observed(vec![
+            named("init", 0, ContainerState::Exited, 0),
+            named("proxy", 0, ContainerState::Exited, 143),
+            named("a", 0, ContainerState::Exited, 0),
+        ]);
+        let s = status(&o, &HashMap::new());
+        assert_eq!(s.phase.as_deref(), Some("Succeeded"));
+        // A sidecar restarting does not send a pod whose app has run back to Pending.
+        let o = observed(vec![
+            named("init", 0, ContainerState::Exited, 0),
+            named("proxy", 1, ContainerState::Running, 0),
+            named("a", 0, ContainerState::Running, 0),
+        ]);
+        let s = status(&o, &HashMap::new());
+        assert_eq!(s.phase.as_deref(), Some("Running"));
     }
 
     #[test]
