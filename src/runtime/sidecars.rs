@@ -17,7 +17,7 @@ use crate::runtime::actions::{
     ContainerKind, KillAction, PodActions, RestartPolicy, StartAction, restart_or_wait,
 };
 use crate::runtime::backoff::Backoff;
-use crate::runtime::labels::container_hash;
+use crate::runtime::labels::hash_matches;
 use crate::runtime::observed::{ContainerState, ObservedPod};
 
 /// An init container that keeps running beside the app containers.
@@ -152,7 +152,7 @@ pub fn init_actions(
                 } else if !seen_later {
                     starts.push(start(index + 1, 0, None));
                 }
-                if s.hash.is_some_and(|h| h != container_hash(c)) {
+                if s.hash.is_some_and(|h| !hash_matches(c, h)) {
                     replace(
                         actions,
                         &mut starts,
@@ -269,6 +269,7 @@ pub fn stop_order(pod: &Pod, running: &[&str]) -> HashMap<String, Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::labels::container_hash;
     use crate::runtime::observed::{ContainerInfo, SandboxInfo};
     use k8s_openapi::api::core::v1::{PodSpec, Probe};
     use std::time::Duration;

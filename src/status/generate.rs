@@ -758,6 +758,7 @@ mod tests {
                 node_ip: "192.0.2.1",
                 runtime_name: "containerd",
                 now: SystemTime::UNIX_EPOCH,
+                resize: Default::default(),
             })
         };
 
