@@ -74,6 +74,9 @@ pub enum KubeletError {
     /// A setting this version cannot honour.
     #[error("{0} is not supported by this version of kubelet-rs")]
     Unsupported(String),
+    /// `allowedUnsafeSysctls` holds a pattern upstream refuses.
+    #[error(transparent)]
+    Sysctls(#[from] crate::sync::sysctls::SysctlError),
     /// A critical loop ended before shutdown.
     #[error(transparent)]
     Task(#[from] TaskError),
@@ -89,6 +92,10 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
     info!(node = %node_name, node_ip = %host.node_ip, version = crate::cli::KUBELET_VERSION, "Starting kubelet");
     preflight::apply_oom_score_adj(cfg.oom_score_adj);
     preflight::create_dirs(root_dir, std::path::Path::new(&cfg.pod_logs_dir))?;
+    let sysctls = crate::sync::sysctls::SysctlAllowlist::new(
+        crate::sync::sysctls::kernel_version(),
+        &cfg.allowed_unsafe_sysctls,
+    )?;
     let (cri, runtime_version) = preflight::connect_runtime(&settings).await?;
     let runtime_name = runtime_version.name.clone();
     let mut tasks = Tasks::default();
@@ -210,6 +217,23 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         cancel.child_token(),
     )
     .with_known_pods(known_pods);
+    let (features_tx, supplemental_groups_policy) = tokio::sync::watch::channel(false);
+    tasks.background(
+        "runtime features",
+        crate::sync::security::watch_runtime_features(
+            cri.clone(),
+            features_tx,
+            cancel.child_token(),
+        ),
+    );
+    let sync_loop = sync_loop.with_security(
+        crate::sync::security::SecurityAdmission {
+            sysctls,
+            apparmor_enabled: crate::runtime::apparmor::host_enabled(std::path::Path::new("/sys")),
+            supplemental_groups_policy,
+        },
+        events.clone(),
+    );
     let sync_loop = match &api {
         // Pods from the API server are admitted against what the node offers them and against
         // its labels as they are now (a user may add some after registration).

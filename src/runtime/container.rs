@@ -39,6 +39,10 @@ const READONLY_PATHS: &[&str] = &[
 pub enum ConfigError {
     #[error(transparent)]
     Env(#[from] EnvError),
+    #[error(transparent)]
+    Seccomp(#[from] super::seccomp::SeccompError),
+    #[error(transparent)]
+    AppArmor(#[from] super::apparmor::AppArmorError),
     #[error("container {container}: invalid resource {resource}: {reason}")]
     Resource {
         container: String,
@@ -139,7 +143,14 @@ pub fn container_resources(
     })
 }
 
-fn security_context(pod: &Pod, container: &Container) -> api::LinuxContainerSecurityContext {
+// The deprecated `apparmor_profile` string is still set, as upstream does, for runtimes that
+// predate the `apparmor` field.
+#[allow(deprecated)]
+fn security_context(
+    pod: &Pod,
+    container: &Container,
+    seccomp: &super::seccomp::SeccompSettings,
+) -> Result<api::LinuxContainerSecurityContext, ConfigError> {
     let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
     let csc = container.security_context.as_ref();
     let privileged = csc.and_then(|s| s.privileged).unwrap_or(false);
@@ -159,7 +170,8 @@ fn security_context(pod: &Pod, container: &Container) -> api::LinuxContainerSecu
             READONLY_PATHS.iter().map(|s| s.to_string()).collect(),
         )
     };
-    api::LinuxContainerSecurityContext {
+    let apparmor = super::apparmor::for_container(pod, container)?;
+    Ok(api::LinuxContainerSecurityContext {
         capabilities: caps.map(|c| api::Capability {
             add_capabilities: c.add.clone().unwrap_or_default(),
             drop_capabilities: c.drop.clone().unwrap_or_default(),
@@ -179,8 +191,11 @@ fn security_context(pod: &Pod, container: &Container) -> api::LinuxContainerSecu
             .unwrap_or(false),
         masked_paths: masked,
         readonly_paths: readonly,
+        seccomp: Some(seccomp.for_container(pod, container)?),
+        apparmor_profile: apparmor.as_ref().map(|a| a.1.clone()).unwrap_or_default(),
+        apparmor: apparmor.map(|a| a.0),
         ..Default::default()
-    }
+    })
 }
 
 /// Upstream's runAsNonRoot check: a container that must not run as root is refused when its
@@ -236,6 +251,7 @@ pub struct ContainerParams<'a> {
     pub machine_memory: i64,
     pub cgroup_options: &'a crate::cm::PodCgroupOptions,
     pub facts: &'a PodFacts,
+    pub seccomp: &'a super::seccomp::SeccompSettings,
 }
 
 pub fn container_config(
@@ -282,7 +298,7 @@ pub fn container_config(
         tty: container.tty.unwrap_or(false),
         linux: Some(api::LinuxContainerConfig {
             resources: Some(linux_resources(container, p.qos, p)?),
-            security_context: Some(security_context(pod, container)),
+            security_context: Some(security_context(pod, container, p.seccomp)?),
         }),
         ..Default::default()
     })
@@ -350,6 +366,7 @@ mod tests {
                 machine_memory: 1 << 30,
                 cgroup_options: &crate::cm::PodCgroupOptions::default(),
                 facts: &facts,
+                seccomp: &Default::default(),
             },
         )
         .unwrap();

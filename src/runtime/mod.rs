@@ -2,6 +2,7 @@
 //! this module carries the decisions out (sandbox, images, containers, teardown).
 
 pub mod actions;
+pub mod apparmor;
 pub mod backoff;
 pub mod container;
 pub mod dns;
@@ -18,11 +19,13 @@ pub mod pull_secrets;
 pub mod resize;
 pub mod runtime_class;
 pub mod sandbox;
+pub mod seccomp;
 pub mod services;
 pub mod sidecars;
 mod termination_message;
 #[cfg(test)]
 pub(crate) mod tests;
+pub mod userns;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -62,6 +65,10 @@ pub enum RuntimeError {
     RuntimeClass(#[from] runtime_class::RuntimeClassError),
     #[error(transparent)]
     Hostname(#[from] hostname::HostnameError),
+    #[error(transparent)]
+    Seccomp(#[from] seccomp::SeccompError),
+    #[error(transparent)]
+    UserNamespace(#[from] userns::UsernsError),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -108,6 +115,7 @@ pub struct RuntimeSettings {
     pub machine_cpu_millis: i64,
     pub cgroup_options: crate::cm::PodCgroupOptions,
     pub runtime_handler: String,
+    pub seccomp: seccomp::SeccompSettings,
 }
 
 impl RuntimeSettings {
@@ -126,6 +134,7 @@ impl RuntimeSettings {
             machine_cpu_millis: host.cpu_millis(),
             cgroup_options: crate::cm::CgroupSettings::from(settings).pod,
             runtime_handler: String::new(),
+            seccomp: seccomp::SeccompSettings::new(&settings.flags.root_dir, cfg.seccomp_default),
         }
     }
 
@@ -485,6 +494,13 @@ impl RuntimeManager {
             },
         );
         config.hostname = hostname::kernel_hostname(pod, &self.settings.dns.cluster_domain)?;
+        if let Some(sc) = config
+            .linux
+            .as_mut()
+            .and_then(|l| l.security_context.as_mut())
+        {
+            sc.seccomp = Some(self.settings.seccomp.for_sandbox(pod)?);
+        }
         Ok(config)
     }
 
@@ -517,6 +533,16 @@ impl RuntimeManager {
         pod: &Pod,
         attempt: u32,
     ) -> Result<(String, Vec<String>), RuntimeError> {
+        let handler = runtime_class::lookup_handler(
+            self.client.as_ref(),
+            pod,
+            &self.settings.runtime_handler,
+        )
+        .await?;
+        if userns::wanted(pod) {
+            let status = self.cri.status(false).await.map_err(cri("Status"))?;
+            userns::check(&status.runtime_handlers, &handler)?;
+        }
         let cgroups = self.cgroups.clone();
         let owned = pod.clone();
         tokio::task::spawn_blocking(move || cgroups.create_pod_cgroup(&owned))
@@ -536,12 +562,6 @@ impl RuntimeManager {
                 path: log_dir.clone(),
                 source,
             })?;
-        let handler = runtime_class::lookup_handler(
-            self.client.as_ref(),
-            pod,
-            &self.settings.runtime_handler,
-        )
-        .await?;
         if !handler.is_empty() {
             tracing::debug!(%handler, "Running pod with runtime handler");
         }
@@ -741,6 +761,7 @@ impl RuntimeManager {
                 machine_memory: self.settings.machine_memory,
                 cgroup_options: &self.settings.cgroup_options,
                 facts,
+                seccomp: &self.settings.seccomp,
             },
         )
         .map_err(|e| {
@@ -784,7 +805,11 @@ impl RuntimeManager {
             .cri
             .create_container(sandbox_id, config, sandbox_config.clone())
             .await
-            .map_err(|e| ("CreateContainerError", e.to_string(), RETRY_AFTER_ERROR))?;
+            .map_err(|e| {
+                // Upstream shows the runtime's own message (a missing seccomp profile, say).
+                let message = e.message().map_or_else(|| e.to_string(), str::to_string);
+                ("CreateContainerError", message, RETRY_AFTER_ERROR)
+            })?;
         if let Some(limits) = limits {
             self.acked_lock()
                 .entry(uid.to_string())

@@ -59,6 +59,7 @@ impl Harness {
                 machine_cpu_millis: 2000,
                 cgroup_options: Default::default(),
                 runtime_handler: String::new(),
+                seccomp: Default::default(),
             },
         )
         .with_oom_kills(oom_kills.clone());

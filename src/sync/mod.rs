@@ -5,7 +5,9 @@ pub mod admission;
 pub mod allocation;
 mod deadline;
 mod metrics;
+pub mod security;
 mod spans;
+pub mod sysctls;
 pub mod worker;
 
 #[cfg(test)]
@@ -137,6 +139,8 @@ pub struct SyncLoop {
     deferred_resizes: HashMap<String, Arc<Pod>>,
     /// What the node offers pods, for a resize's fit when there is no admission (standalone).
     node_allocatable: Option<admission::Allocatable>,
+    /// Checked for every pod, static ones too, as upstream does.
+    security: Option<(security::SecurityAdmission, crate::events::EventRecorder)>,
     /// UIDs failed at admission, so later updates of the same object are not re-admitted.
     /// Bounded by the source's pods: entries go when the pod is removed.
     rejected: HashSet<String>,
@@ -172,6 +176,7 @@ impl SyncLoop {
             allocations: Default::default(),
             deferred_resizes: HashMap::new(),
             node_allocatable: None,
+            security: None,
             rejected: HashSet::new(),
             ctx: Arc::new(WorkerContext {
                 runtime,
@@ -351,33 +356,25 @@ impl SyncLoop {
         }
     }
 
-    /// Admission of a new API pod; a rejected pod gets a Failed status and no worker.
+    /// Security checks for every pod, with the recorder for the rejection events.
+    pub fn with_security(
+        mut self,
+        security: security::SecurityAdmission,
+        events: crate::events::EventRecorder,
+    ) -> Self {
+        self.security = Some((security, events));
+        self
+    }
+
+    /// Admission of a new pod; a rejected pod gets a Failed status, a warning event with the
+    /// reason (as upstream's), and no worker.
     fn admitted(&mut self, pod: &Arc<Pod>) -> bool {
-        if let Err(rejection) = admission::admit_os(pod) {
-            self.reject(pod, rejection);
-            return false;
-        }
-        let Some(adm) = &self.admission else {
-            return true;
-        };
-        if crate::sources::is_static_pod(pod) {
-            return true;
-        }
-        let running: Vec<Arc<Pod>> = self
-            .workers
-            .values()
-            .filter(|w| !w.is_terminating())
-            .map(|w| w.pod())
-            .collect();
-        let node_labels = adm.node_labels.borrow().clone();
-        let verdict = admission::admit(
-            pod,
-            running.iter().map(|p| p.as_ref()),
-            &adm.allocatable,
-            &node_labels,
-        )
-        .and_then(|()| admission::admit_during_shutdown(*adm.shutting_down.borrow()))
-        .and_then(|()| admission::admit_under_pressure(pod, &adm.pressure.borrow()));
+        let verdict = admission::admit_os(pod)
+            .and_then(|()| match &self.security {
+                Some((security, _)) => security.admit(pod),
+                None => Ok(()),
+            })
+            .and_then(|()| self.admit_to_node(pod));
         let Err(rejection) = verdict else {
             return true;
         };
@@ -385,8 +382,16 @@ impl SyncLoop {
         false
     }
 
-    /// A pod failed at admission: a Failed status and no worker.
+    /// A pod failed at admission: a Failed status, a warning event and no worker.
     fn reject(&mut self, pod: &Arc<Pod>, rejection: admission::Rejection) {
+        if let Some((_, events)) = &self.security {
+            events.pod(
+                pod,
+                crate::events::EventType::Warning,
+                &rejection.reason,
+                &rejection.message,
+            );
+        }
         let uid = uid_of(pod);
         warn!(pod = %pod_full_name(pod), reason = %rejection.reason, message = %rejection.message, "Pod rejected");
         let status = k8s_openapi::api::core::v1::PodStatus {
@@ -397,6 +402,32 @@ impl SyncLoop {
         };
         self.ctx.status.set(&uid, pod.clone(), status);
         self.rejected.insert(uid);
+    }
+
+    /// Whether an API pod fits the node; static pods are not checked (like upstream's
+    /// critical pods).
+    fn admit_to_node(&self, pod: &Arc<Pod>) -> Result<(), admission::Rejection> {
+        let Some(adm) = &self.admission else {
+            return Ok(());
+        };
+        if crate::sources::is_static_pod(pod) {
+            return Ok(());
+        }
+        let running: Vec<Arc<Pod>> = self
+            .workers
+            .values()
+            .filter(|w| !w.is_terminating())
+            .map(|w| w.pod())
+            .collect();
+        let node_labels = adm.node_labels.borrow().clone();
+        admission::admit(
+            pod,
+            running.iter().map(|p| p.as_ref()),
+            &adm.allocatable,
+            &node_labels,
+        )
+        .and_then(|()| admission::admit_during_shutdown(*adm.shutting_down.borrow()))
+        .and_then(|()| admission::admit_under_pressure(pod, &adm.pressure.borrow()))
     }
 
     /// A pod removed from its source, or whose deletion the API server asked for.
