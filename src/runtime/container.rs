@@ -185,6 +185,7 @@ fn security_context(
             .and_then(|s| s.read_only_root_filesystem)
             .unwrap_or(false),
         supplemental_groups: super::sandbox::supplemental_groups(psc),
+        supplemental_groups_policy: supplemental_groups_policy(psc) as i32,
         no_new_privs: csc
             .and_then(|s| s.allow_privilege_escalation)
             .map(|allow| !allow)
@@ -196,6 +197,17 @@ fn security_context(
         apparmor: apparmor.map(|a| a.0),
         ..Default::default()
     })
+}
+
+/// The pod's `supplementalGroupsPolicy` for the CRI. `Strict` only reaches a runtime that
+/// reported the feature: admission refuses it elsewhere.
+pub fn supplemental_groups_policy(
+    psc: Option<&k8s_openapi::api::core::v1::PodSecurityContext>,
+) -> api::SupplementalGroupsPolicy {
+    match psc.and_then(|s| s.supplemental_groups_policy.as_deref()) {
+        Some("Strict") => api::SupplementalGroupsPolicy::Strict,
+        _ => api::SupplementalGroupsPolicy::Merge,
+    }
 }
 
 /// Upstream's runAsNonRoot check: a container that must not run as root is refused when its
@@ -307,6 +319,27 @@ pub fn container_config(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn supplemental_groups_policy_reaches_the_cri() {
+        use k8s_openapi::api::core::v1::PodSecurityContext;
+        let psc = |p: Option<&str>| PodSecurityContext {
+            supplemental_groups_policy: p.map(String::from),
+            ..Default::default()
+        };
+        assert_eq!(
+            supplemental_groups_policy(None),
+            api::SupplementalGroupsPolicy::Merge
+        );
+        assert_eq!(
+            supplemental_groups_policy(Some(&psc(Some("Merge")))),
+            api::SupplementalGroupsPolicy::Merge
+        );
+        assert_eq!(
+            supplemental_groups_policy(Some(&psc(Some("Strict")))),
+            api::SupplementalGroupsPolicy::Strict
+        );
+    }
 
     #[test]
     fn run_as_non_root_rules() {

@@ -500,6 +500,8 @@ impl RuntimeManager {
             .and_then(|l| l.security_context.as_mut())
         {
             sc.seccomp = Some(self.settings.seccomp.for_sandbox(pod)?);
+            let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+            sc.supplemental_groups_policy = container::supplemental_groups_policy(psc) as i32;
         }
         Ok(config)
     }
