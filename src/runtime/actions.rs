@@ -41,12 +41,14 @@ impl RestartPolicy {
 pub enum ContainerKind {
     Init,
     Regular,
+    /// Index into `ephemeralContainers` (see `ephemeral`).
+    Ephemeral,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StartAction {
     pub kind: ContainerKind,
-    /// Index into `initContainers` or `containers`.
+    /// Index into `initContainers`, `containers` or `ephemeralContainers`, by kind.
     pub index: usize,
     pub restart_count: u32,
     /// Set when this start is a restart, so the executor records it in the backoff.
@@ -137,6 +139,18 @@ pub(crate) fn restart_or_wait(
 }
 
 pub fn compute_pod_actions(
+    pod: &Pod,
+    observed: &ObservedPod,
+    backoff: &Backoff,
+    probes: &HashMap<String, Verdicts>,
+    now: SystemTime,
+) -> PodActions {
+    let mut actions = sandbox_and_container_actions(pod, observed, backoff, probes, now);
+    super::ephemeral::add_starts(pod, observed, &mut actions);
+    actions
+}
+
+fn sandbox_and_container_actions(
     pod: &Pod,
     observed: &ObservedPod,
     backoff: &Backoff,

@@ -8,6 +8,7 @@ pub mod container;
 pub mod dns;
 pub mod env;
 pub mod env_sources;
+pub mod ephemeral;
 mod hooks;
 pub mod hostname;
 pub mod images;
@@ -603,11 +604,16 @@ impl RuntimeManager {
         outcome: &mut SyncOutcome,
     ) {
         let spec = pod.spec.as_ref();
+        let debug_container;
         let container: Option<&Container> = match start.kind {
             ContainerKind::Init => spec
                 .and_then(|s| s.init_containers.as_ref())
                 .and_then(|c| c.get(start.index)),
             ContainerKind::Regular => spec.and_then(|s| s.containers.get(start.index)),
+            ContainerKind::Ephemeral => {
+                debug_container = ephemeral::container_at(pod, start.index);
+                debug_container.as_ref()
+            }
         };
         let Some(container) = container else { return };
         let span = info_span!(
@@ -774,6 +780,21 @@ impl RuntimeManager {
             )
         })?;
         let mut config = config;
+        if start.kind == ContainerKind::Ephemeral
+            && let Some(target) = ephemeral::target_name(pod, start.index)
+        {
+            let target_id = ephemeral::resolve_target(&self.cri, pod, sandbox_id, target)
+                .await
+                .map_err(|e| ("CreateContainerConfigError", e, RETRY_AFTER_ERROR))?;
+            let options = config
+                .linux
+                .as_mut()
+                .and_then(|l| l.security_context.as_mut())
+                .and_then(|s| s.namespace_options.as_mut());
+            if let Some(options) = options {
+                ephemeral::target_namespace(options, &target_id);
+            }
+        }
         config.mounts = self
             .prepare_mounts(
                 pod,

@@ -79,7 +79,7 @@ fn waiting_state(reason: &str, message: Option<String>) -> ApiState {
     }
 }
 
-fn container_status(
+pub(super) fn container_status(
     spec: &Container,
     input: &PodStatusInput<'_>,
     default_waiting: &str,
@@ -466,6 +466,7 @@ pub fn generate_pod_status(input: &PodStatusInput<'_>) -> PodStatus {
         qos_class: Some(qos_class(&spec).as_str().into()),
         init_container_statuses: Some(init_statuses).filter(|v| !v.is_empty()),
         container_statuses: Some(statuses),
+        ephemeral_container_statuses: super::ephemeral::ephemeral_statuses(input),
         reason: input.failure.map(|f| f.reason.clone()),
         message: input.failure.map(|f| f.message.clone()),
         ..Default::default()

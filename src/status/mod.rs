@@ -2,6 +2,7 @@
 //! whoever reads it (the read-only API now, the API server later).
 
 pub mod apiserver;
+mod ephemeral;
 mod generate;
 pub mod mirror;
 pub mod resize;
