@@ -13,7 +13,8 @@
 //!   object with `kubectl replace --raw`), since `kubectl debug` has no flags for env or volume
 //!   mounts: it gets its env var and the pod's emptyDir, and without a target sees only its
 //!   own processes.
-//! - A third, still running, is stopped with the pod when the pod is deleted.
+//! - `kubectl debug -it` in a terminal (script(1)) gets a shell with a TTY.
+//! - A last one, still running, is stopped with the pod when the pod is deleted.
 
 mod common;
 
@@ -184,7 +185,8 @@ async fn kubectl_debug_runs_once_in_the_pod_and_target_namespace() {
     .expect("kubectl debug");
     let mut shell = debug.stdin.take().unwrap();
     let attached = collect(debug.stdout.take().unwrap());
-    let stderr = collect(debug.stderr.take().unwrap());
+    // Drained so kubectl never blocks on it.
+    let _stderr = collect(debug.stderr.take().unwrap());
     shell.write_all(b"echo ready-$((6*7))\n").unwrap();
     wait_line(&attached, Duration::from_secs(90), |l| l == "ready-42");
 
@@ -228,22 +230,19 @@ async fn kubectl_debug_runs_once_in_the_pod_and_target_namespace() {
     ]));
     assert!(addrs.contains(&format!("inet {pod_ip}/")), "{addrs}");
 
-    // Through the attached shell too, then it exits with 3.
-    shell.write_all(b"ps -o args\nexit 3\n").unwrap();
+    // Through the attached shell too, then it exits with 3. Stdin stays open until the
+    // answer is in: containerd ends an attach whose stdin closes (no stdinOnce here).
+    shell.write_all(b"ps -o args\n").unwrap();
+    wait_line(&attached, Duration::from_secs(30), |l| {
+        l.trim() == "sleep 3600"
+    });
+    shell.write_all(b"exit 3\n").unwrap();
     drop(shell);
     let deadline = Instant::now() + Duration::from_secs(60);
     while debug.try_wait().unwrap().is_none() {
         assert!(Instant::now() < deadline, "kubectl debug did not return");
         std::thread::sleep(Duration::from_millis(200));
     }
-    std::thread::sleep(Duration::from_millis(300));
-    let seen = attached.lock().unwrap().clone();
-    assert!(
-        seen.iter().any(|l| l.trim() == "sleep 3600"),
-        "attach gave {seen:?}, stderr {:?}",
-        stderr.lock().unwrap()
-    );
-
     let ended = wait_async(Duration::from_secs(30), "dbg terminated", || async {
         let p = pods.get(POD).await.ok()?;
         exit_code(&p, "dbg").map(|_| p)
@@ -302,6 +301,55 @@ async fn kubectl_debug_runs_once_in_the_pod_and_target_namespace() {
     .await;
     let logs = run_ok(kubectl_1_20(&["logs", POD, "-c", "env-check"]));
     assert_eq!(logs.trim(), "hello from-app sees-app=0");
+
+    // kubectl debug -it, the way a person runs it: script(1) gives kubectl a terminal, so the
+    // container gets a TTY and the shell prompt and echo come through the attach.
+    let env = cluster_env();
+    let bin = std::env::var("KRS_UPSTREAM_BIN")
+        .unwrap_or_else(|_| "/var/cache/kubelet-rs/upstream/bin".into());
+    let line = format!(
+        "{bin}/kubectl --kubeconfig={} --namespace=default debug {POD} -it -c tty \
+         --image={BUSYBOX} --image-pull-policy=IfNotPresent --target=app -- sh",
+        env["KUBECONFIG"]
+    );
+    let mut tty = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("script");
+    let mut keys = tty.stdin.take().unwrap();
+    let screen = collect(tty.stdout.take().unwrap());
+    wait_async(Duration::from_secs(60), "tty running", || async {
+        running(&pods.get(POD).await.ok()?, "tty").then_some(())
+    })
+    .await;
+    // The attach may begin a moment after Running: type until the answer shows.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !screen
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|l| l.contains("tty-42 /dev/pts/"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no answer: {:?}",
+            screen.lock().unwrap()
+        );
+        keys.write_all(b"echo tty-$((6*7)) $(tty)\r").unwrap();
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    keys.write_all(b"exit\r").unwrap();
+    let p = wait_async(Duration::from_secs(30), "tty terminated", || async {
+        let p = pods.get(POD).await.ok()?;
+        exit_code(&p, "tty").map(|_| p)
+    })
+    .await;
+    assert_eq!(exit_code(&p, "tty"), Some(0));
+    let _ = tty.kill();
+    let _ = tty.wait();
 
     // One still running when the pod is deleted is stopped with it.
     run_ok(kubectl_1_20(&[
