@@ -13,6 +13,8 @@
 //!   object with `kubectl replace --raw`), since `kubectl debug` has no flags for env or volume
 //!   mounts: it gets its env var and the pod's emptyDir, and without a target sees only its
 //!   own processes.
+//! - One targeting a container that does not run (the finished init container) waits with
+//!   `CreateContainerConfigError` "unable to find target container setup", as upstream's.
 //! - `kubectl debug -it` in a terminal (script(1)) gets a shell with a TTY.
 //! - A last one, still running, is stopped with the pod when the pod is deleted.
 
@@ -136,6 +138,12 @@ async fn kubectl_debug_runs_once_in_the_pod_and_target_namespace() {
             "restartPolicy": "Always",
             "terminationGracePeriodSeconds": 1,
             "volumes": [{"name": "data", "emptyDir": {}}],
+            "initContainers": [{
+                "name": "setup",
+                "image": BUSYBOX,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["true"],
+            }],
             "containers": [{
                 "name": "app",
                 "image": BUSYBOX,
@@ -301,6 +309,30 @@ async fn kubectl_debug_runs_once_in_the_pod_and_target_namespace() {
     .await;
     let logs = run_ok(kubectl_1_20(&["logs", POD, "-c", "env-check"]));
     assert_eq!(logs.trim(), "hello from-app sees-app=0");
+
+    // A target that does not run (the finished init container): the start fails as
+    // upstream's, and the status says why.
+    run_ok(kubectl_1_20(&[
+        "debug",
+        POD,
+        "-c",
+        "orphan",
+        "--target=setup",
+        &format!("--image={BUSYBOX}"),
+        "--image-pull-policy=IfNotPresent",
+        "--",
+        "true",
+    ]));
+    let waiting = wait_async(Duration::from_secs(60), "orphan waiting", || async {
+        let p = pods.get(POD).await.ok()?;
+        let w = ephemeral_status(&p, "orphan")?.state?.waiting?;
+        (w.reason.as_deref() == Some("CreateContainerConfigError")).then_some(w)
+    })
+    .await;
+    assert_eq!(
+        waiting.message.as_deref(),
+        Some("unable to find target container setup")
+    );
 
     // kubectl debug -it, the way a person runs it: script(1) gives kubectl a terminal, so the
     // container gets a TTY and the shell prompt and echo come through the attach.
