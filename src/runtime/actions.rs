@@ -422,24 +422,12 @@ mod tests {
 
     fn exited(name: &str, attempt: u32, code: i32, finished: SystemTime) -> ContainerInfo {
         ContainerInfo {
-            id: format!("{name}-{attempt}"),
-            name: name.into(),
-            sandbox_id: "sb0".into(),
-            attempt,
-            state: ContainerState::Exited,
             hash: Some(container_hash(&container(name))),
-            created_at: 1,
-            started_at: 1,
             finished_at: finished
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .unwrap()
                 .as_nanos() as i64,
-            exit_code: code,
-            termination_grace: None,
-            reason: String::new(),
-            message: String::new(),
-            image: "busybox".into(),
-            image_ref: String::new(),
+            ..ContainerInfo::fixture(name, attempt, ContainerState::Exited, code)
         }
     }
 

@@ -208,24 +208,7 @@ mod tests {
     fn info(name: &str, state: ContainerState, code: i32) -> ContainerInfo {
         ContainerInfo {
             id: format!("{name}-id"),
-            name: name.into(),
-            sandbox_id: "sb0".into(),
-            attempt: 0,
-            state,
-            hash: None,
-            created_at: 1,
-            started_at: 1,
-            finished_at: if state == ContainerState::Exited {
-                2
-            } else {
-                0
-            },
-            exit_code: code,
-            termination_grace: None,
-            reason: String::new(),
-            message: String::new(),
-            image: "busybox".into(),
-            image_ref: String::new(),
+            ..ContainerInfo::fixture(name, 0, state, code)
         }
     }
 

@@ -96,6 +96,32 @@ impl ContainerInfo {
     }
 }
 
+#[cfg(test)]
+impl ContainerInfo {
+    /// A container as the runtime lists it, for tests: ID `<name>-<attempt>` in sandbox
+    /// `sb0`, started at 1 s and, once exited, finished at 2 s.
+    pub fn fixture(name: &str, attempt: u32, state: ContainerState, exit_code: i32) -> Self {
+        ContainerInfo {
+            id: format!("{name}-{attempt}"),
+            name: name.into(),
+            sandbox_id: "sb0".into(),
+            attempt,
+            state,
+            created_at: 1,
+            started_at: 1_000_000_000,
+            finished_at: if state == ContainerState::Exited {
+                2_000_000_000
+            } else {
+                0
+            },
+            exit_code,
+            image: "busybox".into(),
+            image_ref: "sha256:1".into(),
+            ..Default::default()
+        }
+    }
+}
+
 pub fn nanos_to_time(nanos: i64) -> Option<SystemTime> {
     (nanos > 0).then(|| UNIX_EPOCH + Duration::from_nanos(nanos as u64))
 }

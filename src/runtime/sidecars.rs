@@ -322,14 +322,7 @@ mod tests {
             .find(|c| c.name == name)
             .unwrap();
         ContainerInfo {
-            id: format!("{name}-{attempt}"),
-            name: name.into(),
-            sandbox_id: "sb0".into(),
-            attempt,
-            state,
             hash: Some(container_hash(spec)),
-            created_at: 1,
-            started_at: 1,
             finished_at: if state == ContainerState::Exited {
                 (now() - Duration::from_secs(60))
                     .duration_since(SystemTime::UNIX_EPOCH)
@@ -338,12 +331,7 @@ mod tests {
             } else {
                 0
             },
-            exit_code: code,
-            termination_grace: None,
-            reason: String::new(),
-            message: String::new(),
-            image: "busybox".into(),
-            image_ref: String::new(),
+            ..ContainerInfo::fixture(name, attempt, state, code)
         }
     }
 

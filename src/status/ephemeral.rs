@@ -100,24 +100,9 @@ mod tests {
     fn info(name: &str, state: ContainerState, code: i32) -> ContainerInfo {
         ContainerInfo {
             id: format!("{name}-id"),
-            name: name.into(),
             sandbox_id: "s".into(),
-            attempt: 0,
-            state,
-            hash: None,
-            created_at: 1,
-            started_at: 1_000_000_000,
-            finished_at: if state == ContainerState::Exited {
-                2_000_000_000
-            } else {
-                0
-            },
-            exit_code: code,
-            termination_grace: None,
-            reason: String::new(),
-            message: String::new(),
             image: "busybox:1.36".into(),
-            image_ref: "sha256:1".into(),
+            ..ContainerInfo::fixture(name, 0, state, code)
         }
     }
 

@@ -498,24 +498,8 @@ mod tests {
     fn info(attempt: u32, state: ContainerState, code: i32) -> ContainerInfo {
         ContainerInfo {
             id: format!("id{attempt}"),
-            name: "a".into(),
             sandbox_id: "s".into(),
-            attempt,
-            state,
-            hash: None,
-            created_at: 1,
-            started_at: 1_000_000_000,
-            finished_at: if state == ContainerState::Exited {
-                2_000_000_000
-            } else {
-                0
-            },
-            exit_code: code,
-            termination_grace: None,
-            reason: String::new(),
-            message: String::new(),
-            image: "busybox".into(),
-            image_ref: "sha256:1".into(),
+            ..ContainerInfo::fixture("a", attempt, state, code)
         }
     }
 
