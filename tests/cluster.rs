@@ -6,6 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -258,17 +259,36 @@ async fn node_joins_runs_a_deployment_and_rejects_what_does_not_fit() {
     .await;
     assert_eq!(before, after, "the container was restarted");
     wait_ready(&nodes, "node Ready again").await;
+    // A deleted pod ends terminal: the object the watch sees deleted shows how it ended (its
+    // container stops on SIGTERM with 0), as upstream's status manager leaves it.
+    let version = pods
+        .get("krs-steady")
+        .await
+        .expect("steady pod")
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+    let watch = kube::api::WatchParams::default().fields("metadata.name=krs-steady");
+    let mut events = pods.watch(&watch, &version).await.expect("watch").boxed();
     pods.delete("krs-steady", &DeleteParams::default())
         .await
         .expect("delete steady pod");
-    wait_async(Duration::from_secs(60), "steady pod gone", || async {
-        pods.get_opt("krs-steady")
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
+    let deleted = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(event) = events.next().await {
+            if let Ok(kube::api::WatchEvent::Deleted(pod)) = event {
+                return Some(pod);
+            }
+        }
+        None
     })
-    .await;
+    .await
+    .expect("steady pod deleted within 60 s")
+    .expect("a Deleted event");
+    let status = deleted.status.unwrap_or_default();
+    assert_eq!(status.phase.as_deref(), Some("Succeeded"), "{status:?}");
+    let c = &status.container_statuses.unwrap_or_default()[0];
+    let ended = c.state.as_ref().and_then(|s| s.terminated.as_ref());
+    assert_eq!(ended.map(|t| t.exit_code), Some(0), "{c:?}");
 
     k.cleanup();
     let _ = nodes.delete(CLUSTER_NODE, &DeleteParams::default()).await;

@@ -139,6 +139,24 @@ impl StatusSyncer {
         }
     }
 
+    /// A deleted API pod's last status, so that watchers see how it ended before it goes.
+    async fn patch_final(&mut self, uid: &str, ns: &str, name: &str, status: &PodStatus) {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        let body = json!({ "metadata": { "uid": uid }, "status": status });
+        let (params, patch) = (PatchParams::default(), Patch::Merge(&body));
+        let call = api.patch_status(name, &params, &patch);
+        match tokio::time::timeout(CALL_TIMEOUT, call).await {
+            Ok(Ok(_)) => debug!(pod = %format!("{ns}/{name}"), "Final status patched"),
+            Ok(Err(kube::Error::Api(e))) if e.code == 404 || e.code == 409 => {}
+            Ok(Err(err)) => {
+                warn!(pod = %format!("{ns}/{name}"), %err, "Failed to patch the final pod status")
+            }
+            Err(_) => {
+                warn!(pod = %format!("{ns}/{name}"), "Patching the final pod status timed out")
+            }
+        }
+    }
+
     async fn delete(&mut self, uid: &str, namespace: &str, name: &str) {
         self.sent.remove(uid);
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
@@ -171,7 +189,10 @@ impl StatusSyncer {
                 e = events.recv() => match e {
                     None => return,
                     Some(StatusEvent::Changed(uid)) => self.changed(&uid).await,
-                    Some(StatusEvent::Terminated { uid, namespace, name }) => {
+                    Some(StatusEvent::Terminated { uid, namespace, name, last }) => {
+                        if let Some(status) = last {
+                            self.patch_final(&uid, &namespace, &name, &status).await;
+                        }
                         self.delete(&uid, &namespace, &name).await
                     }
                 },

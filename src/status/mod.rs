@@ -6,9 +6,11 @@ mod ephemeral;
 mod generate;
 pub mod mirror;
 pub mod resize;
+mod terminal;
 
 pub use generate::{PodFailure, PodStatusInput, generate_pod_status};
 pub use resize::{ResizePending, ResizeView};
+pub use terminal::mark_terminal;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -35,14 +37,16 @@ pub fn has_finished(status: &PodStatus) -> bool {
 }
 
 /// What the API-server status syncer is told.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum StatusEvent {
     Changed(String),
-    /// The pod's containers are gone after a deletion was requested: delete the object.
+    /// The pod's containers are gone after a deletion was requested: publish its final
+    /// status, if there is one, then delete the object.
     Terminated {
         uid: String,
         namespace: String,
         name: String,
+        last: Option<Box<PodStatus>>,
     },
 }
 
@@ -104,6 +108,12 @@ impl StatusStore {
 
     /// Removes the pod and, when its deletion was requested, asks for the object's deletion.
     pub fn finish(&self, uid: &str, pod: &Pod) {
+        self.finish_with(uid, pod, None);
+    }
+
+    /// [`Self::finish`], with the status the pod ended with, which the API server gets before
+    /// the object is deleted (as upstream's status manager makes a deleted pod terminal).
+    pub fn finish_with(&self, uid: &str, pod: &Pod, last: Option<PodStatus>) {
         self.remove(uid);
         if pod.metadata.deletion_timestamp.is_some() {
             let m = &pod.metadata;
@@ -111,6 +121,7 @@ impl StatusStore {
                 uid: uid.to_string(),
                 namespace: m.namespace.clone().unwrap_or_default(),
                 name: m.name.clone().unwrap_or_default(),
+                last: last.map(Box::new),
             });
         }
     }

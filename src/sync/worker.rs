@@ -249,9 +249,9 @@ async fn run(uid: String, inputs: Inputs, ctx: Arc<WorkerContext>, cancel: Cance
             }
             Desired::Terminate { pod, grace } => {
                 ctx.probes.remove_pod(&uid);
-                match terminate(&uid, &pod, grace, &ctx).await {
-                    Ok(()) => {
-                        ctx.status.finish(&uid, &pod);
+                match terminate(&uid, &pod, grace, &ctx, start_time).await {
+                    Ok(last) => {
+                        ctx.status.finish_with(&uid, &pod, last);
                         let _ = ctx.done.send(uid).await;
                         return;
                     }
@@ -428,12 +428,14 @@ async fn sync_running(
     .map_err(SyncError::from)
 }
 
+/// Stops and removes the pod; returns the status a deleted API pod ends with.
 async fn terminate(
     uid: &str,
     pod: &Pod,
     grace: i64,
     ctx: &WorkerContext,
-) -> Result<(), crate::runtime::RuntimeError> {
+    start_time: SystemTime,
+) -> Result<Option<k8s_openapi::api::core::v1::PodStatus>, crate::runtime::RuntimeError> {
     let _timer = super::metrics::WorkerTimer::start("kill");
     let span = spans::sync_terminating_pod(pod);
     let killed = async {
@@ -449,13 +451,62 @@ async fn terminate(
     }
     drop(span);
     killed?;
+    let last = final_status(uid, pod, ctx, start_time).await;
     let span = spans::sync_terminated_pod(pod);
     let removed = remove(uid, pod, ctx).instrument(span.clone()).await;
     if let Err(err) = &removed {
         crate::telemetry::trace::record_error(&span, err);
     }
     crate::startup::tracker().forget(uid);
-    removed
+    removed.map(|()| last)
+}
+
+/// What a deleted API pod shows before the object goes, as upstream's status manager makes
+/// it: its containers as they ended and a terminal phase. None for static pods (their mirror
+/// pod is the mirror manager's) and for pods that were not deleted through the API.
+async fn final_status(
+    uid: &str,
+    pod: &Pod,
+    ctx: &WorkerContext,
+    start_time: SystemTime,
+) -> Option<k8s_openapi::api::core::v1::PodStatus> {
+    if pod.metadata.deletion_timestamp.is_none() || crate::sources::is_static_pod(pod) {
+        return None;
+    }
+    let observed = match ctx.runtime.pod_status(uid).await {
+        Ok(o) => o,
+        Err(err) => {
+            warn!(%err, "Could not read the terminated pod's containers; no final status");
+            return None;
+        }
+    };
+    let previous = ctx.status.status(uid);
+    let mut status = generate_pod_status(&PodStatusInput {
+        pod,
+        observed: &observed,
+        waiting: &HashMap::new(),
+        start_time,
+        node_ip: &ctx.runtime.settings().node_ip,
+        runtime_name: &ctx.runtime_name,
+        now: SystemTime::now(),
+        failure: None,
+        probes: &HashMap::new(),
+        resize: ResizeView::default(),
+    });
+    // The sandbox is stopped by now: the addresses and start time it had stay.
+    if let Some(prev) = previous {
+        if status.pod_ips.as_ref().is_none_or(Vec::is_empty) {
+            status.pod_ip = prev.pod_ip;
+            status.pod_ips = prev.pod_ips;
+        }
+        status.start_time = prev.start_time.or(status.start_time);
+    }
+    let has_init = pod
+        .spec
+        .as_ref()
+        .is_some_and(|s| s.init_containers.as_ref().is_some_and(|i| !i.is_empty()));
+    crate::status::mark_terminal(&mut status, has_init);
+    Some(status)
 }
 
 /// What is left of a stopped pod: its cgroup, then its folder. Its stopped containers,
