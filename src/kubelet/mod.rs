@@ -234,6 +234,10 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         },
         events.clone(),
     );
+    let pod_allocatable = Allocatable::from_resources(&allocatable::allocatable(
+        &allocatable_settings,
+        &allocatable::capacity(&host.facts, &allocatable_settings),
+    ));
     let sync_loop = match &api {
         // Pods from the API server are admitted against what the node offers them and against
         // its labels as they are now (a user may add some after registration).
@@ -250,21 +254,14 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
                 ),
             );
             sync_loop.with_admission(Admission {
-                allocatable: Allocatable::from_resources(&allocatable::allocatable(
-                    &allocatable_settings,
-                    &allocatable::capacity(&host.facts, &allocatable_settings),
-                )),
+                allocatable: pod_allocatable,
                 node_labels,
                 shutting_down: shutting_down.clone(),
                 pressure: pressure.clone(),
             })
         }
-        None => {
-            sync_loop.with_node_allocatable(Allocatable::from_resources(&allocatable::allocatable(
-                &allocatable_settings,
-                &allocatable::capacity(&host.facts, &allocatable_settings),
-            )))
-        }
+        // Standalone: nothing is admitted against it, but resizes still must fit.
+        None => sync_loop.with_node_allocatable(pod_allocatable),
     };
     sync_loop.start(
         SyncLoopInputs {
