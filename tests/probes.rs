@@ -242,8 +242,16 @@ async fn probes_restart_and_gate_readiness() {
         (a && b).then_some(())
     })
     .await;
-    // A gone pod's probe series go with its workers.
-    let (_, metrics) = http_get(k.ro_port, "/metrics/probes").expect("/metrics/probes");
-    assert!(!metrics.contains(READINESS_POD), "{metrics}");
+    // A gone pod's probe series go with its workers. The pods were deleted with grace 0, so
+    // the objects are gone before the kubelet has even seen the deletion: wait for it.
+    wait_async(
+        Duration::from_secs(30),
+        "the gone pod's probe series to go",
+        || async {
+            let (_, metrics) = http_get(k.ro_port, "/metrics/probes")?;
+            (!metrics.contains(READINESS_POD)).then_some(())
+        },
+    )
+    .await;
     k.cleanup();
 }
