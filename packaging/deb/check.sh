@@ -1,0 +1,360 @@
+#!/usr/bin/env bash
+# Usage: packaging/deb/check.sh [PACKAGE.deb]   (as root)
+#
+# Checks the kubelet-rs Debian package (built by packaging/deb/build.sh when no path is given):
+#   1. its fields and files: Provides/Conflicts/Replaces kubelet, Provides' version = the one the
+#      packaged binary reports, Depends, the exact file list, the conffile, the unit's settings,
+#      a stripped binary;
+#   2. lintian (run as nobody): no errors (warnings and infos are printed);
+#   3. in a fresh Debian bookworm root made by mmdebstrap (minbase + systemd, cached as a tarball
+#      under $KRS_DEB_CACHE), chrooted in a mount namespace of its own:
+#      - apt resolves the package's Depends from the Debian registry, then `apt-get install` of
+#        the .deb installs it and nothing else; the postinst enables kubelet.service but does not
+#        start it although /run/systemd/system exists (the chroot case);
+#      - `kubelet --version` runs (no network), a package depending on kubelet (>= 1.19.0), as
+#        kubeadm's did, installs against the versioned Provides;
+#      - `systemd-analyze verify` (the root's own systemd) parses the unit alone and with kubeadm's
+#        10-kubeadm.conf drop-in in /etc/systemd/system/kubelet.service.d and in
+#        /lib/systemd/system/kubelet.service.d, silently; a drop-in whose ExecStart names a missing
+#        binary must fail (so drop-ins are really read);
+#      - `dpkg -r` leaves nothing but /etc/default/kubelet and `dpkg -P` nothing at all: listings
+#        of the root (path, type, mode, owner, link target, sha256) before install, after remove and
+#        after purge are compared, dpkg's and apt's own state and logs left out.
+# Prints what it verified with timings and exits non-zero at the first failure.
+#
+# Environment:
+#   KRS_DEB_CACHE   cache folder (default /var/cache/kubelet-rs/deb): base root tarball, scratch
+#   KRS_DEB_MIRROR  Debian mirror (default http://deb.debian.org/debian; security updates from
+#                   http://deb.debian.org/debian-security)
+# Installs lintian and mmdebstrap from Debian when they are missing.
+# shellcheck disable=SC2016 # ${Status} (dpkg-query) and the in_root script are meant literally
+set -euo pipefail
+
+DEB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+CACHE="${KRS_DEB_CACHE:-/var/cache/kubelet-rs/deb}"
+MIRROR="${KRS_DEB_MIRROR:-http://deb.debian.org/debian}"
+SECURITY_MIRROR="${KRS_DEB_SECURITY_MIRROR:-http://deb.debian.org/debian-security}"
+SUITE=bookworm
+PACKAGE=kubelet-rs
+CHROOT_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+
+log() { printf '[deb-check] %s\n' "$*" >&2; }
+die() {
+	printf '[deb-check] FAIL: %s\n' "$*" >&2
+	exit 1
+}
+ok() { printf '[deb-check] ok: %s\n' "$*" >&2; }
+
+T0=$SECONDS
+STEP_T=$SECONDS
+step() {
+	STEP_T=$SECONDS
+	log "== $*"
+}
+took() { printf '%ss' "$((SECONDS - STEP_T))"; }
+
+[[ "$(id -u)" -eq 0 ]] || die "must run as root (chroot, mmdebstrap)"
+
+step "tools"
+missing=()
+command -v lintian >/dev/null || missing+=(lintian)
+command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
+command -v dpkg-deb >/dev/null || die "dpkg-deb is missing"
+if ((${#missing[@]})); then
+	log "installing ${missing[*]} from Debian"
+	apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "${missing[@]}" >/dev/null
+fi
+ok "$(lintian --version), mmdebstrap $(mmdebstrap --version | awk '{print $2}'), dpkg $(dpkg-query -W -f='${Version}' dpkg)"
+
+if (($# > 0)); then
+	DEB="$(realpath "$1")"
+else
+	step "build (packaging/deb/build.sh)"
+	DEB="$("$DEB_DIR/build.sh" | tail -n1)"
+	ok "built $DEB ($(took))"
+fi
+[[ -f "$DEB" ]] || die "no package at $DEB"
+
+mkdir -p "$CACHE"
+SCRATCH="$(mktemp -d "$CACHE/check.XXXXXX")"
+# Every mount below lives in a mount namespace that ends with its command: nothing is mounted
+# under SCRATCH once a step is over, so it can simply be deleted.
+cleanup() {
+	if findmnt -rno TARGET | grep -qF "$SCRATCH"; then
+		log "mounts left under $SCRATCH: not deleting it"
+		return
+	fi
+	rm -rf "$SCRATCH"
+}
+trap cleanup EXIT
+
+# ---------------------------------------------------------------------------------------------
+step "package fields and files"
+field() { dpkg-deb -f "$DEB" "$1"; }
+[[ "$(field Package)" == "$PACKAGE" ]] || die "Package is '$(field Package)'"
+VERSION="$(field Version)"
+ARCH="$(field Architecture)"
+[[ "$ARCH" == "$(dpkg --print-architecture)" ]] || die "Architecture $ARCH is not this machine's"
+dpkg-deb -x "$DEB" "$SCRATCH/x"
+version_line="$("$SCRATCH/x/usr/bin/kubelet" --version)"
+[[ "$version_line" =~ ^Kubernetes\ v([0-9.]+)\+kubelet-rs\.(.+)$ ]] ||
+	die "packaged kubelet --version: '$version_line'"
+K8S_VERSION="${BASH_REMATCH[1]}"
+[[ "${BASH_REMATCH[2]}" == "$VERSION" ]] || die "binary's version ${BASH_REMATCH[2]} != package's $VERSION"
+[[ "$(field Provides)" == "kubelet (= $K8S_VERSION)" ]] || die "Provides: '$(field Provides)'"
+[[ "$(field Conflicts)" == kubelet ]] || die "Conflicts: '$(field Conflicts)'"
+[[ "$(field Replaces)" == kubelet ]] || die "Replaces: '$(field Replaces)'"
+depends="$(field Depends)"
+for dep in 'libc6 (>= ' 'iptables (>= 1.4.21)' 'mount' 'init-system-helpers (>= '; do
+	[[ ", $depends," == *", $dep"* ]] || die "Depends lacks '$dep': $depends"
+done
+expected_files="$(
+	cat <<'EOF'
+./
+./etc/
+./etc/default/
+./etc/default/kubelet
+./etc/kubernetes/
+./etc/kubernetes/manifests/
+./lib/
+./lib/systemd/
+./lib/systemd/system/
+./lib/systemd/system/kubelet.service
+./usr/
+./usr/bin/
+./usr/bin/kubelet
+./usr/share/
+./usr/share/doc/
+./usr/share/doc/kubelet-rs/
+./usr/share/doc/kubelet-rs/changelog.gz
+./usr/share/doc/kubelet-rs/copyright
+./var/
+./var/lib/
+./var/lib/kubelet/
+EOF
+)"
+actual_files="$(dpkg-deb -c "$DEB" | awk '{print $6}' | LC_ALL=C sort)"
+[[ "$actual_files" == "$(LC_ALL=C sort <<<"$expected_files")" ]] ||
+	die "file list differs: $(diff <(LC_ALL=C sort <<<"$expected_files") <(printf '%s\n' "$actual_files") || true)"
+dpkg-deb -e "$DEB" "$SCRATCH/control"
+[[ "$(cat "$SCRATCH/control/conffiles")" == /etc/default/kubelet ]] || die "conffiles: $(cat "$SCRATCH/control/conffiles")"
+[[ "$(cat "$SCRATCH/x/etc/default/kubelet")" == "KUBELET_EXTRA_ARGS=" ]] || die "/etc/default/kubelet: $(cat "$SCRATCH/x/etc/default/kubelet")"
+unit="$SCRATCH/x/lib/systemd/system/kubelet.service"
+for setting in Wants=network-online.target After=network-online.target ExecStart=/usr/bin/kubelet \
+	Restart=always StartLimitInterval=0 RestartSec=10 WantedBy=multi-user.target; do
+	grep -qxF "$setting" "$unit" || die "kubelet.service lacks $setting"
+done
+if readelf -S "$SCRATCH/x/usr/bin/kubelet" | grep -qE '\.debug_|\.symtab'; then
+	die "/usr/bin/kubelet is not stripped"
+fi
+deb_size="$(stat -c %s "$DEB")"
+ok "$PACKAGE $VERSION $ARCH: .deb $((deb_size / 1024)) KiB, Installed-Size $(field Installed-Size) KiB; binary reports $version_line"
+ok "Provides: $(field Provides); Conflicts/Replaces: kubelet; Depends: $depends; Recommends: $(field Recommends)"
+ok "21 entries as expected, conffile /etc/default/kubelet (KUBELET_EXTRA_ARGS=), unit settings, stripped binary ($(took))"
+
+# ---------------------------------------------------------------------------------------------
+step "lintian"
+chmod 755 "$SCRATCH"
+cp "$DEB" "$SCRATCH/lint.deb"
+chmod 644 "$SCRATCH/lint.deb"
+lint_rc=0
+runuser -u nobody -- env HOME=/tmp lintian --display-info --tag-display-limit 0 "$SCRATCH/lint.deb" \
+	>"$SCRATCH/lintian.out" 2>&1 || lint_rc=$?
+sed 's/^/    /' "$SCRATCH/lintian.out" >&2
+errors="$(grep -c '^E: ' "$SCRATCH/lintian.out" || true)"
+warnings="$(grep -c '^W: ' "$SCRATCH/lintian.out" || true)"
+infos="$(grep -c '^I: ' "$SCRATCH/lintian.out" || true)"
+((errors == 0)) || die "lintian: $errors error(s)"
+((lint_rc == 0)) || die "lintian exited $lint_rc"
+ok "lintian: $errors errors, $warnings warnings, $infos infos ($(took))"
+
+# ---------------------------------------------------------------------------------------------
+step "base root ($SUITE, mmdebstrap)"
+MMDEBSTRAP_ARGS=(--variant=minbase --include=systemd --mode=root "$SUITE")
+SOURCES=("deb $MIRROR $SUITE main" "deb $MIRROR $SUITE-updates main" "deb $SECURITY_MIRROR $SUITE-security main")
+key="$(printf '%s\n' "${MMDEBSTRAP_ARGS[@]}" "${SOURCES[@]}" | sha256sum | cut -c1-12)"
+BASE_TAR="$CACHE/base-$SUITE-$key.tar"
+if [[ -f "$BASE_TAR" ]]; then
+	ok "cached: $BASE_TAR ($((($(stat -c %s "$BASE_TAR") + 1048575) / 1048576)) MiB; delete it to refresh)"
+else
+	mmdebstrap --quiet "${MMDEBSTRAP_ARGS[@]}" "$SCRATCH/base.tar" "${SOURCES[@]}" ||
+		die "mmdebstrap failed"
+	mv "$SCRATCH/base.tar" "$BASE_TAR"
+	ok "made $BASE_TAR ($((($(stat -c %s "$BASE_TAR") + 1048575) / 1048576)) MiB, $(took))"
+fi
+ROOT="$SCRATCH/root"
+mkdir "$ROOT"
+tar -C "$ROOT" -xpf "$BASE_TAR"
+cp "$DEB" "$ROOT/tmp/$PACKAGE.deb"
+
+# in_root [--offline] CMD...: runs CMD chrooted in ROOT, in a mount namespace of its own with /proc
+# and a private /dev/pts; --offline adds a network namespace of its own (no network at all).
+in_root() {
+	local unshare=(unshare --mount --fork)
+	if [[ "$1" == --offline ]]; then
+		unshare+=(--net)
+		shift
+	fi
+	"${unshare[@]}" -- /bin/bash -c '
+		set -e
+		root="$1"; shift
+		mount --make-rprivate /
+		mount -t proc proc "$root/proc"
+		mount -t devpts -o newinstance,ptmxmode=0666 devpts "$root/dev/pts"
+		exec chroot "$root" "$@"
+	' in_root "$ROOT" env -i PATH="$CHROOT_PATH" HOME=/root LC_ALL=C.UTF-8 \
+		DEBIAN_FRONTEND=noninteractive "$@"
+}
+
+# listing FILE: one line per entry of ROOT (path, type, mode, owner, link target; sha256 for
+# files), dpkg's and apt's own state, logs and caches and the virtual or scratch folders excluded.
+listing() {
+	local prune=(\( -path ./proc -o -path ./sys -o -path ./dev -o -path ./run -o -path ./tmp
+		-o -path ./var/lib/dpkg -o -path ./var/lib/apt -o -path ./var/cache/apt
+		-o -path ./var/cache/debconf -o -path ./var/cache/ldconfig -o -path ./var/log \) -prune)
+	(
+		cd "$ROOT"
+		find . -xdev "${prune[@]}" -o -type f -print0 | xargs -0 -r sha256sum |
+			awk '{ sum = $1; sub(/^[0-9a-f]+  /, ""); print $0 "\t" sum }' >"$SCRATCH/sums"
+		find . -xdev "${prune[@]}" -o -printf '%p\t%y\t%m\t%U:%G\t%l\n' |
+			awk -F'\t' -v OFS='\t' 'NR == FNR { sum[$1] = $2; next } { print $0, ($2 == "f" ? sum[$1] : "") }' \
+				"$SCRATCH/sums" - | LC_ALL=C sort
+	) >"$1"
+}
+
+# ---------------------------------------------------------------------------------------------
+step "dependencies from the Debian registry"
+in_root apt-get -q update >"$SCRATCH/apt-update.log" 2>&1 || {
+	cat "$SCRATCH/apt-update.log" >&2
+	die "apt-get update in the root failed"
+}
+in_root apt-get -q satisfy -y --no-install-recommends "$depends" >"$SCRATCH/apt-deps.log" 2>&1 || {
+	cat "$SCRATCH/apt-deps.log" >&2
+	die "apt could not satisfy Depends: $depends"
+}
+ok "apt satisfied '$depends': $(grep -E '^[0-9]+ upgraded' "$SCRATCH/apt-deps.log") ($(took))"
+
+# The chroot case: systemd's marker exists (as when a chroot shares its host's /run) but the
+# postinst must see the chroot and leave the unit stopped.
+mkdir -p "$ROOT/run/systemd/system"
+listing "$SCRATCH/before"
+ok "root listed before install: $(wc -l <"$SCRATCH/before") entries"
+
+step "apt-get install ./$PACKAGE.deb"
+in_root apt-get -q install -y --no-install-recommends "/tmp/$PACKAGE.deb" >"$SCRATCH/apt-install.log" 2>&1 || {
+	cat "$SCRATCH/apt-install.log" >&2
+	die "apt-get install of the package failed"
+}
+grep -qE '^0 upgraded, 1 newly installed, 0 to remove' "$SCRATCH/apt-install.log" || {
+	cat "$SCRATCH/apt-install.log" >&2
+	die "apt installed more or less than the package"
+}
+status="$(in_root dpkg-query -W -f='${Status} ${Version}' "$PACKAGE")"
+[[ "$status" == "install ok installed $VERSION" ]] || die "dpkg status: $status"
+grep -qF "kubelet-rs: in a chroot: kubelet.service is enabled but not started" "$SCRATCH/apt-install.log" ||
+	die "the postinst did not report skipping the start in a chroot"
+kubelet_id="$(stat -c %d:%i "$ROOT/usr/bin/kubelet")"
+for exe in /proc/[0-9]*/exe; do
+	if [[ "$(stat -L -c %d:%i "$exe" 2>/dev/null)" == "$kubelet_id" ]]; then
+		die "a kubelet from the root runs: ${exe%/exe}"
+	fi
+done
+enabled="$(in_root systemctl --root=/ is-enabled kubelet.service 2>&1 || true)"
+[[ "$enabled" == enabled ]] || die "systemctl is-enabled kubelet.service: $enabled"
+[[ -L "$ROOT/etc/systemd/system/multi-user.target.wants/kubelet.service" ]] || die "no multi-user.target.wants link"
+ok "dpkg: $status (apt: 1 newly installed); kubelet.service enabled, not started in the chroot ($(took))"
+
+step "kubelet --version in the root (no network)"
+root_version="$(in_root --offline /usr/bin/kubelet --version)"
+[[ "$root_version" == "$version_line" ]] || die "kubelet --version in the root: '$root_version'"
+ok "$root_version ($(took))"
+
+step "versioned Provides satisfies kubelet (>= 1.19.0), as kubeadm's package depends"
+mkdir -p "$SCRATCH/needs/DEBIAN"
+cat >"$SCRATCH/needs/DEBIAN/control" <<EOF
+Package: krs-needs-kubelet
+Version: 1.0
+Architecture: all
+Maintainer: kubelet-rs check <check@invalid>
+Depends: kubelet (>= 1.19.0)
+Description: test package that depends on kubelet as kubeadm's package did
+EOF
+dpkg-deb --root-owner-group --build "$SCRATCH/needs" "$ROOT/tmp/needs.deb" >/dev/null
+in_root dpkg -i /tmp/needs.deb >"$SCRATCH/needs.log" 2>&1 || {
+	cat "$SCRATCH/needs.log" >&2
+	die "a package depending on kubelet (>= 1.19.0) does not install"
+}
+in_root dpkg -P krs-needs-kubelet >/dev/null 2>&1 || die "purging the test package failed"
+ok "krs-needs-kubelet (Depends: kubelet (>= 1.19.0)) installed and purged ($(took))"
+
+step "systemd-analyze verify (the root's systemd $(in_root --offline dpkg-query -W -f='${Version}' systemd))"
+# verify_unit LABEL: the root's systemd-analyze must accept kubelet.service without a word.
+verify_unit() {
+	local out rc=0
+	out="$(in_root --offline systemd-analyze verify kubelet.service 2>&1)" || rc=$?
+	if ((rc != 0)) || [[ -n "$out" ]]; then
+		die "systemd-analyze verify ($1): rc $rc: $out"
+	fi
+	ok "systemd-analyze verify kubelet.service: $1: clean"
+}
+verify_unit "the unit alone"
+# kubeadm's drop-in as its Debian package installs it (e2e/kubeadm/kubelet-service.sh).
+kubeadm_dropin() {
+	cat <<'EOF'
+# Note: This dropin only works with kubeadm and kubelet v1.11+
+[Service]
+Environment="KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig=/etc/kubernetes/kubelet.conf"
+Environment="KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml"
+EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env
+EnvironmentFile=-/etc/default/kubelet
+ExecStart=
+ExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS
+EOF
+}
+for dir in /etc/systemd/system/kubelet.service.d /lib/systemd/system/kubelet.service.d; do
+	mkdir "$ROOT$dir"
+	kubeadm_dropin >"$ROOT$dir/10-kubeadm.conf"
+	verify_unit "with kubeadm's $dir/10-kubeadm.conf"
+	# The control: the same drop-in naming a binary that does not exist must be refused.
+	sed -i 's|^ExecStart=/usr/bin/kubelet |ExecStart=/usr/bin/kubelet-missing |' "$ROOT$dir/10-kubeadm.conf"
+	if out="$(in_root --offline systemd-analyze verify kubelet.service 2>&1)"; then
+		die "systemd-analyze verify accepted a drop-in in $dir with a missing ExecStart binary: drop-ins not read?"
+	fi
+	[[ "$out" == *kubelet-missing* ]] || die "verify failed, but not on the broken drop-in: $out"
+	ok "control: a broken drop-in in $dir is refused (\"${out%%$'\n'*}\")"
+	rm -r "${ROOT:?}$dir"
+done
+log "($(took))"
+
+step "dpkg -r leaves only the conffile"
+in_root dpkg -r "$PACKAGE" >"$SCRATCH/remove.log" 2>&1 || {
+	cat "$SCRATCH/remove.log" >&2
+	die "dpkg -r failed"
+}
+status="$(in_root dpkg-query -W -f='${Status}' "$PACKAGE")"
+[[ "$status" == "deinstall ok config-files" ]] || die "status after dpkg -r: $status"
+listing "$SCRATCH/removed"
+diff_removed="$(diff "$SCRATCH/before" "$SCRATCH/removed" || true)"
+expected_diff="$(printf '> ./etc/default/kubelet\tf\t644\t0:0\t\t%s' "$(sha256sum <"$SCRATCH/x/etc/default/kubelet" | cut -c1-64)")"
+if [[ "$(grep '^[<>]' <<<"$diff_removed")" != "$expected_diff" ]]; then
+	printf '%s\n' "$diff_removed" >&2
+	die "after dpkg -r the root differs from before install by more (or less) than /etc/default/kubelet"
+fi
+ok "after dpkg -r: status '$status'; the only difference from before install: + /etc/default/kubelet (unchanged) ($(took))"
+
+step "dpkg -P leaves nothing"
+in_root dpkg -P "$PACKAGE" >"$SCRATCH/purge.log" 2>&1 || {
+	cat "$SCRATCH/purge.log" >&2
+	die "dpkg -P failed"
+}
+status="$(in_root dpkg-query -W -f='${Status}' "$PACKAGE" 2>&1 || true)"
+[[ "$status" == *"no packages found matching $PACKAGE"* ]] || die "dpkg still knows the package after purge: $status"
+leftover="$(find "$ROOT/var/lib/dpkg/info" -name "$PACKAGE.*")"
+[[ -z "$leftover" ]] || die "dpkg info files left: $leftover"
+listing "$SCRATCH/purged"
+if ! diff "$SCRATCH/before" "$SCRATCH/purged" >&2; then
+	die "after dpkg -P the root differs from before install"
+fi
+ok "after dpkg -P: $(wc -l <"$SCRATCH/purged") entries, identical to before install ($(took))"
+
+log "all checks passed in $((SECONDS - T0))s"
