@@ -144,7 +144,8 @@ for setting in Wants=network-online.target After=network-online.target ExecStart
 	Restart=always StartLimitInterval=0 RestartSec=10 WantedBy=multi-user.target; do
 	grep -qxF "$setting" "$unit" || die "kubelet.service lacks $setting"
 done
-if readelf -S "$SCRATCH/x/usr/bin/kubelet" | grep -qE '\.debug_|\.symtab'; then
+sections="$(readelf -SW "$SCRATCH/x/usr/bin/kubelet")"
+if grep -E ' \.(debug_info|debug_line|symtab) ' <<<"$sections"; then
 	die "/usr/bin/kubelet is not stripped"
 fi
 deb_size="$(stat -c %s "$DEB")"
