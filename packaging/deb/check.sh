@@ -358,4 +358,92 @@ if ! diff "$SCRATCH/before" "$SCRATCH/purged" >&2; then
 fi
 ok "after dpkg -P: $(wc -l <"$SCRATCH/purged") entries, identical to before install ($(took))"
 
+# ---------------------------------------------------------------------------------------------
+step "upgrades keep an edited conffile and the admin's enable/disable choice"
+# rebuild_as VERSION OUT: the package under another version (an upgrade of itself).
+rebuild_as() {
+	rm -rf "$SCRATCH/re"
+	dpkg-deb -R "$DEB" "$SCRATCH/re"
+	sed -i "s/^Version: .*/Version: $1/" "$SCRATCH/re/DEBIAN/control"
+	dpkg-deb --root-owner-group -Zgzip --build "$SCRATCH/re" "$2" >/dev/null
+}
+rebuild_as "$VERSION+check1" "$ROOT/tmp/up1.deb"
+rebuild_as "$VERSION+check2" "$ROOT/tmp/up2.deb"
+in_root dpkg -i "/tmp/$PACKAGE.deb" >"$SCRATCH/up.log" 2>&1 || die "dpkg -i failed: $(cat "$SCRATCH/up.log")"
+printf 'KUBELET_EXTRA_ARGS=--v=4\n' >"$ROOT/etc/default/kubelet"
+in_root dpkg -i /tmp/up1.deb >>"$SCRATCH/up.log" 2>&1 || die "upgrade to $VERSION+check1 failed: $(cat "$SCRATCH/up.log")"
+[[ "$(cat "$ROOT/etc/default/kubelet")" == "KUBELET_EXTRA_ARGS=--v=4" ]] || die "the upgrade replaced the edited /etc/default/kubelet"
+enabled="$(in_root systemctl --root=/ is-enabled kubelet.service 2>&1 || true)"
+[[ "$enabled" == enabled ]] || die "after an upgrade kubelet.service is '$enabled', not enabled"
+in_root systemctl --root=/ disable kubelet.service >/dev/null 2>&1 || die "systemctl disable failed"
+in_root dpkg -i /tmp/up2.deb >>"$SCRATCH/up.log" 2>&1 || die "upgrade to $VERSION+check2 failed: $(cat "$SCRATCH/up.log")"
+enabled="$(in_root systemctl --root=/ is-enabled kubelet.service 2>&1 || true)"
+[[ "$enabled" == disabled ]] || die "an upgrade turned the admin's disabled kubelet.service into '$enabled'"
+in_root dpkg -P "$PACKAGE" >/dev/null 2>&1 || die "purge after the upgrades failed"
+listing "$SCRATCH/after-upgrades"
+diff "$SCRATCH/before" "$SCRATCH/after-upgrades" >&2 || die "install, upgrades, purge: the root differs from before"
+ok "edited /etc/default/kubelet kept, enabled stays enabled, disabled stays disabled; purge leaves nothing ($(took))"
+
+step "switch from a package named kubelet (a stand-in laid out as upstream's)"
+# A stand-in for upstream's kubelet package: its files, its conffile and debhelper-style
+# maintainer scripts (enable on configure; mask on remove; purge and unmask on purge).
+mkdir -p "$SCRATCH/up/DEBIAN" "$SCRATCH/up/usr/bin" "$SCRATCH/up/lib/systemd/system" "$SCRATCH/up/etc/default"
+printf '#!/bin/sh\necho "Kubernetes v1.33.0"\n' >"$SCRATCH/up/usr/bin/kubelet"
+chmod 755 "$SCRATCH/up/usr/bin/kubelet"
+cp "$SCRATCH/x/lib/systemd/system/kubelet.service" "$SCRATCH/up/lib/systemd/system/"
+printf 'KUBELET_EXTRA_ARGS=\n' >"$SCRATCH/up/etc/default/kubelet"
+printf '/etc/default/kubelet\n' >"$SCRATCH/up/DEBIAN/conffiles"
+cat >"$SCRATCH/up/DEBIAN/control" <<EOF
+Package: kubelet
+Version: 1.33.0-1.1
+Architecture: $ARCH
+Maintainer: kubelet-rs check <check@invalid>
+Depends: iptables (>= 1.4.21), mount
+Description: stand-in for upstream's kubelet package (kubelet-rs check)
+EOF
+cat >"$SCRATCH/up/DEBIAN/postinst" <<'EOF'
+#!/bin/sh
+set -e
+if [ "$1" = configure ]; then
+	deb-systemd-helper unmask kubelet.service >/dev/null || true
+	if deb-systemd-helper --quiet was-enabled kubelet.service; then
+		deb-systemd-helper enable kubelet.service >/dev/null || true
+	fi
+fi
+EOF
+cat >"$SCRATCH/up/DEBIAN/postrm" <<'EOF'
+#!/bin/sh
+set -e
+if [ "$1" = remove ]; then
+	deb-systemd-helper mask kubelet.service >/dev/null || true
+fi
+if [ "$1" = purge ]; then
+	deb-systemd-helper purge kubelet.service >/dev/null || true
+	deb-systemd-helper unmask kubelet.service >/dev/null || true
+fi
+EOF
+chmod 755 "$SCRATCH/up/DEBIAN/postinst" "$SCRATCH/up/DEBIAN/postrm"
+dpkg-deb --root-owner-group -Zgzip --build "$SCRATCH/up" "$ROOT/tmp/upstream-kubelet.deb" >/dev/null
+in_root dpkg -i /tmp/upstream-kubelet.deb >"$SCRATCH/switch.log" 2>&1 || die "the stand-in does not install: $(cat "$SCRATCH/switch.log")"
+in_root apt-get -q install -y --no-install-recommends "/tmp/$PACKAGE.deb" >>"$SCRATCH/switch.log" 2>&1 || {
+	cat "$SCRATCH/switch.log" >&2
+	die "apt-get install of $PACKAGE over the kubelet package failed"
+}
+grep -qE '^0 upgraded, 1 newly installed, 1 to remove' "$SCRATCH/switch.log" || {
+	cat "$SCRATCH/switch.log" >&2
+	die "apt did not replace the kubelet package with $PACKAGE"
+}
+old_status="$(in_root dpkg-query -W -f='${Status}' kubelet)"
+[[ "$old_status" == "deinstall ok config-files" ]] || die "the kubelet package is '$old_status' after the switch"
+[[ "$(in_root --offline /usr/bin/kubelet --version)" == "$version_line" ]] || die "/usr/bin/kubelet is not ours after the switch"
+enabled="$(in_root systemctl --root=/ is-enabled kubelet.service 2>&1 || true)"
+[[ "$enabled" == enabled ]] || die "after the switch kubelet.service is '$enabled' (the old package's mask not lifted?)"
+in_root dpkg -P kubelet >>"$SCRATCH/switch.log" 2>&1 || die "purging the old kubelet package failed"
+[[ "$(cat "$ROOT/etc/default/kubelet" 2>/dev/null)" == "KUBELET_EXTRA_ARGS=" ]] ||
+	die "purging the old kubelet package took /etc/default/kubelet from $PACKAGE"
+owner="$(in_root dpkg -S /etc/default/kubelet 2>&1 || true)"
+[[ "$owner" == "$PACKAGE: /etc/default/kubelet" ]] || die "/etc/default/kubelet belongs to '$owner'"
+enabled="$(in_root systemctl --root=/ is-enabled kubelet.service 2>&1 || true)"
+ok "apt replaced 'kubelet' (left '$old_status'); ours runs; kubelet.service enabled (mask lifted); after purging the old package /etc/default/kubelet is still $PACKAGE's and kubelet.service is '$enabled' ($(took))"
+
 log "all checks passed in $((SECONDS - T0))s"
