@@ -19,14 +19,21 @@
 #        binary must fail (so drop-ins are really read);
 #      - `dpkg -r` leaves nothing but /etc/default/kubelet and `dpkg -P` nothing at all: listings
 #        of the root (path, type, mode, owner, link target, sha256) before install, after remove and
-#        after purge are compared, dpkg's and apt's own state and logs left out.
+#        after purge are compared, dpkg's and apt's own state and logs left out;
+#      - two upgrades keep an edited /etc/default/kubelet and the admin's enable/disable choice;
+#      - apt replaces a stand-in package named kubelet (upstream's layout, debhelper-style
+#        scripts) with this one: unit enabled and unmasked, the conffile this package's;
+#   4. the same root booted with systemd-nspawn (systemd as init, a network namespace with only
+#      loopback): dpkg -i starts kubelet.service; with kubeadm's drop-in and
+#      KUBELET_EXTRA_ARGS=--version in /etc/default/kubelet the kubelet prints its version and is
+#      restarted after RestartSec (Restart=always); dpkg -r stops it and systemd forgets the unit.
 # Prints what it verified with timings and exits non-zero at the first failure.
 #
 # Environment:
 #   KRS_DEB_CACHE   cache folder (default /var/cache/kubelet-rs/deb): base root tarball, scratch
 #   KRS_DEB_MIRROR  Debian mirror (default http://deb.debian.org/debian; security updates from
 #                   http://deb.debian.org/debian-security)
-# Installs lintian and mmdebstrap from Debian when they are missing.
+# Installs lintian, mmdebstrap and systemd-container (systemd-nspawn) from Debian when missing.
 # shellcheck disable=SC2016 # ${Status} (dpkg-query) and the in_root script are meant literally
 set -euo pipefail
 
@@ -59,12 +66,13 @@ step "tools"
 missing=()
 command -v lintian >/dev/null || missing+=(lintian)
 command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
+command -v systemd-nspawn >/dev/null || missing+=(systemd-container)
 command -v dpkg-deb >/dev/null || die "dpkg-deb is missing"
 if ((${#missing[@]})); then
 	log "installing ${missing[*]} from Debian"
 	apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "${missing[@]}" >/dev/null
 fi
-ok "$(lintian --version), mmdebstrap $(mmdebstrap --version | awk '{print $2}'), dpkg $(dpkg-query -W -f='${Version}' dpkg)"
+ok "$(lintian --version), mmdebstrap $(mmdebstrap --version | awk '{print $2}'), dpkg $(dpkg-query -W -f='${Version}' dpkg), systemd-nspawn $(dpkg-query -W -f='${Version}' systemd-container)"
 
 if (($# > 0)); then
 	DEB="$(realpath "$1")"
@@ -445,5 +453,118 @@ owner="$(in_root dpkg -S /etc/default/kubelet 2>&1 || true)"
 [[ "$owner" == "$PACKAGE: /etc/default/kubelet" ]] || die "/etc/default/kubelet belongs to '$owner'"
 enabled="$(in_root systemctl --root=/ is-enabled kubelet.service 2>&1 || true)"
 ok "apt replaced 'kubelet' (left '$old_status'); ours runs; kubelet.service enabled (mask lifted); after purging the old package /etc/default/kubelet is still $PACKAGE's and kubelet.service is '$enabled' ($(took))"
+
+# ---------------------------------------------------------------------------------------------
+step "booted root: systemd starts the kubelet (systemd-nspawn, no network)"
+in_root dpkg -P "$PACKAGE" >/dev/null 2>&1 || die "purging before the boot failed"
+listing "$SCRATCH/before-boot"
+diff "$SCRATCH/before" "$SCRATCH/before-boot" >&2 || die "after the switch and a purge the root differs from before"
+rm -rf "$ROOT/run/systemd"
+cp "$DEB" "$ROOT/var/tmp/$PACKAGE.deb"
+# The container: systemd as its init, its own network namespace with loopback only, not
+# registered with machined nor given a scope (no systemd runs this machine).
+systemd-nspawn -D "$ROOT" --boot --private-network --register=no --keep-unit --quiet \
+	-M "krs-deb-check-$$" >"$SCRATCH/nspawn.log" 2>&1 &
+NSPAWN_PID=$!
+stop_container() {
+	[[ -n "${NSPAWN_PID:-}" ]] || return 0
+	kill -TERM "$NSPAWN_PID" 2>/dev/null || true
+	local i
+	for ((i = 0; i < 300; i++)); do
+		kill -0 "$NSPAWN_PID" 2>/dev/null || break
+		sleep 0.1
+	done
+	if kill -0 "$NSPAWN_PID" 2>/dev/null; then
+		log "systemd-nspawn ($NSPAWN_PID) ignored SIGTERM for 30s: SIGKILL"
+		kill -KILL "$NSPAWN_PID" 2>/dev/null || true
+	fi
+	wait "$NSPAWN_PID" 2>/dev/null || true
+	NSPAWN_PID=""
+}
+trap 'stop_container; cleanup' EXIT
+INIT_PID=""
+for ((i = 0; i < 600; i++)); do
+	kill -0 "$NSPAWN_PID" 2>/dev/null || die "systemd-nspawn ended: $(tail -n5 "$SCRATCH/nspawn.log")"
+	INIT_PID="$(pgrep -P "$NSPAWN_PID" -x systemd || true)"
+	[[ -n "$INIT_PID" ]] && break
+	sleep 0.1
+done
+[[ -n "$INIT_PID" ]] || die "no systemd in the container after 60s"
+# in_box CMD...: CMD in the container's namespaces and root.
+in_box() { nsenter -t "$INIT_PID" -m -u -i -n -p -r -w env -i PATH="$CHROOT_PATH" LC_ALL=C.UTF-8 "$@"; }
+state=""
+for ((i = 0; i < 120; i++)); do
+	state="$(in_box systemctl is-system-running 2>/dev/null || true)"
+	[[ "$state" == running || "$state" == degraded ]] && break
+	sleep 0.5
+done
+[[ "$state" == running || "$state" == degraded ]] || die "the container's systemd is '$state' after 60s"
+ok "systemd $(in_box systemctl --version | head -n1 | awk '{print $2}') booted in the container: $state ($(took))"
+
+# show PROPERTY: kubelet.service's property in the container.
+show() { in_box systemctl show kubelet.service -p "$1" --value; }
+in_box dpkg -i "/var/tmp/$PACKAGE.deb" >"$SCRATCH/box-install.log" 2>&1 || {
+	cat "$SCRATCH/box-install.log" >&2
+	die "dpkg -i in the booted container failed"
+}
+! grep -q "in a chroot" "$SCRATCH/box-install.log" || die "the postinst took the booted container for a chroot"
+for ((i = 0; i < 50; i++)); do
+	[[ "$(show ExecMainStartTimestampMonotonic)" != 0 ]] && break
+	sleep 0.1
+done
+[[ "$(show ExecMainStartTimestampMonotonic)" != 0 ]] || die "the postinst did not start kubelet.service"
+[[ "$(show UnitFileState)" == enabled ]] || die "kubelet.service is '$(show UnitFileState)' after install"
+ok "dpkg -i: the postinst enabled and started kubelet.service (now $(show ActiveState)/$(show SubState): without a container runtime the kubelet exits, as upstream's does without kubeadm's files)"
+
+# kubeadm's drop-in, and /etc/default/kubelet read through it: KUBELET_EXTRA_ARGS=--version makes
+# the kubelet print its version and exit 0, which Restart=always (not on-failure) restarts.
+mkdir -p "$ROOT/etc/systemd/system/kubelet.service.d"
+kubeadm_dropin >"$ROOT/etc/systemd/system/kubelet.service.d/10-kubeadm.conf"
+printf 'KUBELET_EXTRA_ARGS=--version\n' >"$ROOT/etc/default/kubelet"
+in_box systemctl daemon-reload
+in_box systemctl restart kubelet.service
+t_restart="$(date +%s%N)"
+restarts0="$(show NRestarts)"
+for ((i = 0; i < 200; i++)); do
+	[[ "$(show NRestarts)" -gt "$restarts0" ]] && break
+	sleep 0.1
+done
+restarts="$(show NRestarts)"
+gap_ms="$((($(date +%s%N) - t_restart) / 1000000))"
+((restarts > restarts0)) || die "kubelet.service was not restarted within 20s after exiting 0 (Restart=always, RestartSec=10)"
+((gap_ms >= 9500)) || die "kubelet.service was restarted after ${gap_ms}ms, before RestartSec=10"
+[[ "$(show ExecMainStatus)" == 0 ]] || die "the kubelet's last exit status is $(show ExecMainStatus), not 0"
+journal="$(in_box journalctl -u kubelet.service -o cat --no-pager)"
+[[ "$journal" == *"$version_line"* ]] || die "the kubelet did not print its version through the drop-in: $journal"
+argv="$(show ExecStart)"
+[[ "$argv" == *"argv[]=/usr/bin/kubelet \$KUBELET_KUBECONFIG_ARGS \$KUBELET_CONFIG_ARGS \$KUBELET_KUBEADM_ARGS \$KUBELET_EXTRA_ARGS"* ]] ||
+	die "kubelet.service's ExecStart is not the drop-in's: $argv"
+ok "with kubeadm's drop-in: ExecStart is the drop-in's, KUBELET_EXTRA_ARGS from /etc/default/kubelet reached the kubelet (it printed \"$version_line\", exit 0), and systemd restarted it (NRestarts $restarts0 -> $restarts) ${gap_ms}ms after the start ($(took))"
+rm -r "$ROOT/etc/systemd/system/kubelet.service.d"
+printf 'KUBELET_EXTRA_ARGS=\n' >"$ROOT/etc/default/kubelet"
+
+# stops COUNT: how many times systemd has logged stopping kubelet.service.
+stops() { in_box journalctl -u kubelet.service -o cat --no-pager | grep -c '^Stopped kubelet.service' || true; }
+stops0="$(stops)"
+in_box dpkg -r "$PACKAGE" >"$SCRATCH/box-remove.log" 2>&1 || {
+	cat "$SCRATCH/box-remove.log" >&2
+	die "dpkg -r in the booted container failed"
+}
+stops1="$(stops)"
+((stops1 > stops0)) || die "dpkg -r did not stop kubelet.service (systemd logged no stop)"
+[[ "$(show LoadState)" == not-found ]] || die "after dpkg -r kubelet.service is '$(show LoadState)', not not-found (no daemon-reload?)"
+[[ "$(show ActiveState)" == inactive ]] || die "after dpkg -r kubelet.service is '$(show ActiveState)'"
+box_root="$(stat -L -c %d:%i "/proc/$INIT_PID/root")"
+for comm in /proc/[0-9]*/comm; do
+	pid_dir="${comm%/comm}"
+	[[ "$(cat "$comm" 2>/dev/null)" == kubelet ]] || continue
+	if [[ "$(stat -L -c %d:%i "$pid_dir/root" 2>/dev/null)" == "$box_root" ]]; then
+		die "a kubelet still runs in the container after dpkg -r: ${pid_dir#/proc/}"
+	fi
+done
+in_box dpkg -P "$PACKAGE" >/dev/null 2>&1 || die "dpkg -P in the booted container failed"
+ok "dpkg -r in the booted container: the prerm stopped kubelet.service (stops logged: $stops0 -> $stops1), no kubelet runs, systemd no longer knows kubelet.service; purged"
+stop_container
+ok "container stopped ($(took))"
 
 log "all checks passed in $((SECONDS - T0))s"
