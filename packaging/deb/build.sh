@@ -5,7 +5,8 @@
 # It holds /usr/bin/kubelet (stripped), kubelet.service with the settings of upstream's unit
 # (/lib/systemd/system, where bookworm's packages put units), /etc/default/kubelet
 # (KUBELET_EXTRA_ARGS=, a conffile), the empty /var/lib/kubelet and /etc/kubernetes/manifests,
-# the copyright and changelog, and the maintainer scripts of packaging/deb/maint.
+# the copyright and changelog, a manual page (kubelet(8)), and the maintainer scripts of
+# packaging/deb/maint.
 #
 # The version is the one the binary reports (`kubelet --version`: "Kubernetes vK+kubelet-rs.V"):
 # the package is kubelet-rs V and provides kubelet (= K). The top entry of packaging/deb/changelog
@@ -70,7 +71,7 @@ ROOT="$STAGE/root"
 DOC="$ROOT/usr/share/doc/$PACKAGE"
 
 install -d -m 755 "$ROOT/DEBIAN" "$ROOT/usr/bin" "$ROOT/lib/systemd/system" "$ROOT/etc/default" \
-	"$ROOT/etc/kubernetes/manifests" "$ROOT/var/lib/kubelet" "$DOC"
+	"$ROOT/etc/kubernetes/manifests" "$ROOT/var/lib/kubelet" "$DOC" "$ROOT/usr/share/man/man8"
 # As dh_strip does: no debug info, no .comment/.note sections.
 strip --strip-unneeded --remove-section=.comment --remove-section=.note \
 	-o "$ROOT/usr/bin/kubelet" "$KUBELET"
@@ -79,7 +80,8 @@ install -m 644 "$DEB_DIR/kubelet.service" "$ROOT/lib/systemd/system/kubelet.serv
 install -m 644 "$DEB_DIR/kubelet.default" "$ROOT/etc/default/kubelet"
 install -m 644 "$DEB_DIR/copyright" "$DOC/copyright"
 gzip -9n <"$DEB_DIR/changelog" >"$DOC/changelog.gz"
-chmod 644 "$DOC/changelog.gz"
+gzip -9n <"$DEB_DIR/kubelet.8" >"$ROOT/usr/share/man/man8/kubelet.8.gz"
+chmod 644 "$DOC/changelog.gz" "$ROOT/usr/share/man/man8/kubelet.8.gz"
 for script in postinst prerm postrm; do
 	install -m 755 "$DEB_DIR/maint/$script" "$ROOT/DEBIAN/$script"
 done

@@ -136,6 +136,9 @@ expected_files="$(
 ./usr/share/doc/kubelet-rs/
 ./usr/share/doc/kubelet-rs/changelog.gz
 ./usr/share/doc/kubelet-rs/copyright
+./usr/share/man/
+./usr/share/man/man8/
+./usr/share/man/man8/kubelet.8.gz
 ./var/
 ./var/lib/
 ./var/lib/kubelet/
@@ -159,7 +162,7 @@ fi
 deb_size="$(stat -c %s "$DEB")"
 ok "$PACKAGE $VERSION $ARCH: .deb $((deb_size / 1024)) KiB, Installed-Size $(field Installed-Size) KiB; binary reports $version_line"
 ok "Provides: $(field Provides); Conflicts/Replaces: kubelet; Depends: $depends; Recommends: $(field Recommends)"
-ok "21 entries as expected, conffile /etc/default/kubelet (KUBELET_EXTRA_ARGS=), unit settings, stripped binary ($(took))"
+ok "$(wc -l <<<"$actual_files") entries as expected, conffile /etc/default/kubelet (KUBELET_EXTRA_ARGS=), unit settings, stripped binary ($(took))"
 
 # ---------------------------------------------------------------------------------------------
 step "lintian"
