@@ -198,6 +198,8 @@ ROOT="$SCRATCH/root"
 mkdir "$ROOT"
 tar -C "$ROOT" -xpf "$BASE_TAR"
 cp "$DEB" "$ROOT/tmp/$PACKAGE.deb"
+# apt in the root reaches the registry with this machine's resolver, not the one cached in the tar.
+cp -L /etc/resolv.conf "$ROOT/etc/resolv.conf"
 
 # in_root [--offline] CMD...: runs CMD chrooted in ROOT, in a mount namespace of its own with /proc
 # and a private /dev/pts; --offline adds a network namespace of its own (no network at all).
