@@ -5,7 +5,8 @@
 # It holds /usr/bin/kubelet (stripped), kubelet.service with the settings of upstream's unit
 # (/lib/systemd/system, where bookworm's packages put units), /etc/default/kubelet
 # (KUBELET_EXTRA_ARGS=, a conffile), the empty /var/lib/kubelet and /etc/kubernetes/manifests,
-# the copyright and changelog, a manual page (kubelet(8)), and the maintainer scripts of
+# the copyright, changelog and third-party licenses (the crates linked in), a manual page
+# (kubelet(8)), and the maintainer scripts of
 # packaging/deb/maint.
 #
 # The version is the one the binary reports (`kubelet --version`: "Kubernetes vK+kubelet-rs.V"):
@@ -16,7 +17,7 @@
 #   KRS_DEB_KUBELET   use this kubelet binary instead of `cargo build --release --bin kubelet`
 #   CARGO_TARGET_DIR  where cargo builds (default: <repo>/target)
 #   KRS_DEB_DIST      where the .deb is written (default: <repo>/target/deb, ignored by git)
-# Needs dpkg-dev (dpkg-shlibdeps) and binutils (strip); cargo unless KRS_DEB_KUBELET is set.
+# Needs dpkg-dev (dpkg-shlibdeps), binutils (strip) and cargo (also for the crates' licenses).
 set -euo pipefail
 
 DEB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -28,6 +29,37 @@ deb_log() { printf '[deb] %s\n' "$*" >&2; }
 deb_die() {
 	printf '[deb] error: %s\n' "$*" >&2
 	exit 1
+}
+
+# third_party_notices: the crates linked into the kubelet (normal dependencies for this host, no
+# proc-macros), each with its declared license and the license and notice files it ships, as the
+# MIT, BSD and Apache licenses ask of a binary distribution. From Cargo.lock and cargo's copy of
+# the crates' sources (there after a build).
+third_party_notices() {
+	local host registry pv name ver license dir file found
+	host="$(rustc -vV | sed -n 's/^host: //p')"
+	registry="${CARGO_HOME:-$HOME/.cargo}/registry/src"
+	printf 'Rust crates linked into /usr/bin/kubelet (from crates.io), each with its declared\n'
+	printf 'license and the license and notice files it ships.\n'
+	(cd "$REPO_ROOT" && cargo tree --locked --offline -e normal,no-proc-macro --prefix none \
+		--format '{p}|{l}' -p kubelet-rs --target "$host") | sed 's/ (\*)$//' | LC_ALL=C sort -u |
+		while IFS='|' read -r pv license; do
+			name="${pv%% *}"
+			ver="${pv#* v}"
+			[[ "$name" == kubelet-rs ]] && continue
+			[[ "$ver" =~ ^[0-9][0-9A-Za-z.+-]*$ ]] || deb_die "unexpected crate '$pv' (not from crates.io?)"
+			dir="$(compgen -G "$registry/*/$name-$ver" | head -n1)" ||
+				deb_die "no source of crate $name $ver under $registry (build first)"
+			printf '\n==== %s %s (%s)\n' "$name" "$ver" "${license:-no license declared}"
+			found=0
+			while IFS= read -r file; do
+				found=1
+				printf '\n---- %s\n' "${file##*/}"
+				cat "$file"
+			done < <(find "$dir" -maxdepth 1 -type f \( -iname 'LICEN[CS]E*' -o -iname 'COPYING*' \
+				-o -iname 'NOTICE*' -o -iname 'UNLICENSE*' -o -iname 'COPYRIGHT*' \) | LC_ALL=C sort)
+			((found)) || printf '\n(the crate ships no license file)\n'
+		done
 }
 
 for tool in dpkg-deb dpkg-shlibdeps strip gzip; do
@@ -81,7 +113,11 @@ install -m 644 "$DEB_DIR/kubelet.default" "$ROOT/etc/default/kubelet"
 install -m 644 "$DEB_DIR/copyright" "$DOC/copyright"
 gzip -9n <"$DEB_DIR/changelog" >"$DOC/changelog.gz"
 gzip -9n <"$DEB_DIR/kubelet.8" >"$ROOT/usr/share/man/man8/kubelet.8.gz"
-chmod 644 "$DOC/changelog.gz" "$ROOT/usr/share/man/man8/kubelet.8.gz"
+command -v cargo >/dev/null || deb_die "cargo is missing (needed to list the crates' licenses)"
+third_party_notices >"$STAGE/notices"
+gzip -9n <"$STAGE/notices" >"$DOC/third-party-licenses.gz"
+deb_log "third-party-licenses: $(grep -c '^==== ' "$STAGE/notices") crates, $(grep -c '^(the crate ships no license file)' "$STAGE/notices" || true) without a license file"
+chmod 644 "$DOC/changelog.gz" "$ROOT/usr/share/man/man8/kubelet.8.gz" "$DOC/third-party-licenses.gz"
 for script in postinst prerm postrm; do
 	install -m 755 "$DEB_DIR/maint/$script" "$ROOT/DEBIAN/$script"
 done

@@ -136,6 +136,7 @@ expected_files="$(
 ./usr/share/doc/kubelet-rs/
 ./usr/share/doc/kubelet-rs/changelog.gz
 ./usr/share/doc/kubelet-rs/copyright
+./usr/share/doc/kubelet-rs/third-party-licenses.gz
 ./usr/share/man/
 ./usr/share/man/man8/
 ./usr/share/man/man8/kubelet.8.gz
