@@ -6,8 +6,7 @@
 # (/lib/systemd/system, where bookworm's packages put units), /etc/default/kubelet
 # (KUBELET_EXTRA_ARGS=, a conffile), the empty /var/lib/kubelet and /etc/kubernetes/manifests,
 # the copyright, changelog and third-party licenses (the crates linked in), a manual page
-# (kubelet(8)), and the maintainer scripts of
-# packaging/deb/maint.
+# (kubelet(8)), and the maintainer scripts of packaging/deb/maint.
 #
 # The version is the one the binary reports (`kubelet --version`: "Kubernetes vK+kubelet-rs.V"):
 # the package is kubelet-rs V and provides kubelet (= K). The top entry of packaging/deb/changelog
