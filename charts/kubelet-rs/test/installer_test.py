@@ -180,6 +180,14 @@ class Node:
         os.symlink(os.path.join(self.units, "kubelet.service.d"), os.path.join(node_units, "kubelet.service.d"))
         self.systemctl("daemon-reload")
         self.systemctl("start", "kubelet")
+        # Node a's installer reaches systemd through systemd-node.sh; node b's as in the pod:
+        # busybox nsenter into its PID 1's namespaces, then systemctl.
+        if self.name == "a":
+            self.systemctl_cmd = f"{SYSTEMD_NODE} exec {self.sd} systemctl"
+        else:
+            pid = subprocess.run([SYSTEMD_NODE, "pid", self.sd], check=True, capture_output=True,
+                                 text=True).stdout.strip()
+            self.systemctl_cmd = f"busybox nsenter -t {pid} -m -u -i -n -p -- systemctl"
         check(self.wait_healthz(), f"node {self.name}: its own kubelet runs under systemd and answers healthz")
 
     def set_mode(self, mode):
@@ -233,7 +241,7 @@ class Node:
     def env(self, holder=None, **extra):
         env = {
             "PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOST_ROOT": self.host,
-            "SYSTEMCTL": f"{SYSTEMD_NODE} exec {self.sd} systemctl", "NODE_NAME": self.name,
+            "SYSTEMCTL": self.systemctl_cmd, "NODE_NAME": self.name,
             "HOLDER": holder or f"pod-{self.name}", "API_URL": API,
             "API_TOKEN_FILE": os.path.join(SCRATCH, "token"), "API_CA_FILE": "",
             "NAMESPACE": NAMESPACE, "LEASE_NAME": "kubelet-rs-install-lock",
