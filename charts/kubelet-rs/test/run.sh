@@ -6,11 +6,14 @@
 #   2. chart_test.py: `helm lint --strict` and rendering with the default and non-default values
 #      through PyPI's helm-python-sdk (Helm 4's SDK; a venv in /var/cache/kubelet-rs/chart/venv),
 #      asserting the rendered objects' key facts and that bad values are refused;
-#   3. installer_test.py: installer.sh run by busybox sh against host folders, with a real
+#   3. api_test.py, when the test control plane (hack/cluster) is up: the chart's RBAC objects
+#      applied to the real kube-apiserver in namespace krs-chart-test, and the installer's API
+#      side (the Lease lock, Node marks, the pre-delete wait) with their token (deleted after);
+#   4. installer_test.py: installer.sh run by busybox sh against host folders, with a real
 #      systemd (hack/testbed/systemd-node.sh) running kubelet.service and kubeadm's drop-in:
 #      install, rollback on healthz / Ready failure, the Lease lock, uninstall and the
 #      pre-delete hook's flow (stand-ins: the kubelets and the apiserver, see its header);
-#   4. image_check.py: builds the installer image (installer/build-image.sh) and checks the OCI
+#   5. image_check.py: builds the installer image (installer/build-image.sh) and checks the OCI
 #      tarball, then runs its tools and the kubelet chrooted in its unpacked root.
 # Exits non-zero when any check fails. Scratch folders go under /var/cache/kubelet-rs/chart and
 # are removed afterwards.
@@ -33,7 +36,7 @@ while [[ $# -gt 0 ]]; do
 	case "$1" in
 	--skip-image) SKIP_IMAGE=1 ;;
 	--skip-installer) SKIP_INSTALLER=1 ;;
-	-h | --help) sed -n '2,17p' "$0" && exit 0 ;;
+	-h | --help) sed -n '2,20p' "$0" && exit 0 ;;
 	*) krs_die "unknown argument $1 (see --help)" ;;
 	esac
 	shift
@@ -58,6 +61,15 @@ if ! "$VENV/bin/python" -c 'import helm_python, yaml' 2>/dev/null; then
 fi
 log "== chart: lint and render (helm-python-sdk)"
 "$VENV/bin/python" "$HERE/chart_test.py" "$CHART"
+
+log "== the installer's API side on the real apiserver, with the chart's RBAC"
+rc=0
+"$VENV/bin/python" "$HERE/api_test.py" "$CHART" "$CACHE/api-test" || rc=$?
+if ((rc == 3)); then
+	log "skipped: the test control plane is not up (hack/cluster/up.sh)"
+elif ((rc != 0)); then
+	krs_die "api_test.py failed"
+fi
 
 if ((!SKIP_INSTALLER)); then
 	log "== installer.sh against host folders, real systemd"
