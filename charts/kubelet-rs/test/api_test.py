@@ -12,6 +12,7 @@ run with that ServiceAccount's token over HTTPS:
     runs out, then is taken over; the apiserver's resourceVersion conflicts do the rest;
   - marking a Node (label and annotations) and removing the marks, on a Node object of our own
     (krs-chart-test-node, no kubelet behind it);
+  - every rendered object, DaemonSet and hook Job included, passes a server-side dry run;
   - the pre-delete Job's wait-uninstalled: fails while a Node is marked, succeeds once none is,
     and leaves the ConfigMap's uninstall flag "true".
 Everything it creates is deleted at the end (namespace, cluster-scoped RBAC, Node). Exits
@@ -108,6 +109,11 @@ def run(env):
     wanted = [d for d in docs if d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
                                                  "RoleBinding", "ConfigMap", "Lease")]
     kubectl("create", "namespace", NS)
+    # Every rendered object, the DaemonSet and the hook Job included, passes the apiserver's
+    # validation (a server-side dry run: nothing is created).
+    dry = kubectl("apply", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump_all(docs))
+    check(len(docs) == 9 and dry.count("(server dry run)") == len(docs),
+          f"all {len(docs)} rendered objects pass the apiserver's validation (server-side dry run)")
     kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(wanted))
     check(len(wanted) == 7, f"the chart's {len(wanted)} API objects applied to the real apiserver "
           f"({', '.join(d['kind'] for d in wanted)})")
