@@ -8,8 +8,8 @@
 # installer.sh at /opt/kubelet-rs/installer.sh. The image is named
 # localhost/kubelet-rs-installer:<chart version>, the chart's default image.
 #
-#   --kubelet PATH  the kubelet to ship (default: $CARGO_TARGET_DIR/release/kubelet, built with
-#                   `cargo build --release --bin kubelet` when missing)
+#   --kubelet PATH  the kubelet to ship (default, or with KRS_CHART_KUBELET unset: this checkout's,
+#                   `cargo build --release --bin kubelet`, a no-op when it is up to date)
 #   --out FILE.tar  where to write it (default /var/cache/kubelet-rs/chart/kubelet-rs-installer-<version>.tar)
 #
 # Prints the tarball's path; its manifest digest is in FILE.tar.digest. Load it with
@@ -30,14 +30,14 @@ CHART_VERSION="$(awk '$1 == "version:" { print $2 }' "$REPO/charts/kubelet-rs/Ch
 [[ -n "$CHART_VERSION" ]] || krs_die "no version in charts/kubelet-rs/Chart.yaml"
 IMAGE="localhost/kubelet-rs-installer:$CHART_VERSION"
 TARGET_DIR="${CARGO_TARGET_DIR:-$KRS_CACHE_DIR/target}"
-KUBELET=""
+KUBELET="${KRS_CHART_KUBELET:-}"
 OUT="$KRS_CACHE_DIR/chart/kubelet-rs-installer-$CHART_VERSION.tar"
 
 while [[ $# -gt 0 ]]; do
 	case "$1" in
 	--kubelet) KUBELET="$2" && shift 2 ;;
 	--out) OUT="$2" && shift 2 ;;
-	-h | --help) sed -n '2,18p' "$0" && exit 0 ;;
+	-h | --help) sed -n '2,17p' "$0" && exit 0 ;;
 	*) krs_die "unknown argument $1 (see --help)" ;;
 	esac
 done
@@ -47,11 +47,10 @@ for tool in busybox curl jq objcopy python3; do
 done
 busybox --list | grep -qx nsenter || krs_die "this busybox has no nsenter applet (Debian's busybox-static has)"
 if [[ -z "$KUBELET" ]]; then
+	# Always asked: a release binary left from an older checkout must not be shipped.
+	log "building the kubelet (cargo build --release --bin kubelet)"
+	(cd "$REPO" && CARGO_TARGET_DIR="$TARGET_DIR" cargo build --release --locked --bin kubelet >&2)
 	KUBELET="$TARGET_DIR/release/kubelet"
-	if [[ ! -x "$KUBELET" ]]; then
-		log "building the kubelet (cargo build --release --bin kubelet)"
-		(cd "$REPO" && CARGO_TARGET_DIR="$TARGET_DIR" cargo build --release --bin kubelet)
-	fi
 fi
 [[ -x "$KUBELET" ]] || krs_die "no kubelet binary at $KUBELET"
 VERSION="$("$KUBELET" --version)"

@@ -15,6 +15,7 @@
 #      pre-delete hook's flow (stand-ins: the kubelets and the apiserver, see its header);
 #   5. image_check.py: builds the installer image (installer/build-image.sh) and checks the OCI
 #      tarball, then runs its tools and the kubelet chrooted in its unpacked root.
+# KRS_CHART_KUBELET=PATH ships that kubelet in the image instead of building a release one.
 # Exits non-zero when any check fails. Scratch folders go under /var/cache/kubelet-rs/chart and
 # are removed afterwards.
 set -euo pipefail
@@ -80,7 +81,7 @@ fi
 if ((!SKIP_IMAGE)); then
 	log "== installer image"
 	tar="$("$CHART/installer/build-image.sh")"
-	kubelet="${CARGO_TARGET_DIR:-$KRS_CACHE_DIR/target}/release/kubelet"
+	kubelet="${KRS_CHART_KUBELET:-${CARGO_TARGET_DIR:-$KRS_CACHE_DIR/target}/release/kubelet}"
 	python3 "$HERE/image_check.py" "$tar" "$kubelet" "$CACHE/image-root"
 	log "image: $tar, $(du -h "$tar" | cut -f1), manifest $(cat "$tar.digest")"
 fi
