@@ -1,0 +1,284 @@
+#!/usr/bin/env bash
+# Usage: images/node/check.sh [TAR]      (as root; default TAR: the output of images/node/build.sh)
+#
+# Checks the kind node image on this machine, as far as it allows (no Docker, no kind binary):
+#   1. TAR is a valid OCI image layout: every blob's digest and size match what points at it,
+#      the layer's diff_id matches its content, the config has kind's entrypoint, cmd, stop
+#      signal and container=docker, and the layer holds what a kind node needs (images/node/
+#      layout.py);
+#   2. a containerd of our own (hack/testbed/containerd.sh start krs-node) imports it;
+#   3. it boots as kind boots a node: a privileged container (ctr run --privileged) in its own
+#      network namespace (only lo), tmpfs on /run and /tmp, and /var a fresh folder filled from
+#      the image's /var (what Docker does for kind's /var volume), the entrypoint then systemd
+#      as PID 1;
+#   4. systemd comes up and starts containerd (which sees the preloaded control-plane images);
+#      the kubelet unit waits for /var/lib/kubelet/config.yaml as under kind; the check then
+#      writes a minimal KubeletConfiguration and kubeadm-flags.env (what `kubeadm init` would
+#      write) and restarts the unit as kubeadm does; the kubelet running is kubelet-rs
+#      (/usr/bin/kubelet), in kubelet.slice, and answers healthz on 127.0.0.1:10248;
+#   5. the node stops on its stop signal (SIGRTMIN+3: systemd powers off), and everything is
+#      removed: the container, its snapshot, the image, the /var folder, the containerd
+#      instance (purge); no mount of it is left.
+# Prints what it verified, with timings; exits non-zero at the first failure.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$HERE/../.." && pwd)"
+TESTBED="$REPO/hack/testbed"
+# shellcheck source=hack/testbed/lib.sh
+source "$TESTBED/lib.sh"
+
+NODE_CACHE="${NODE_CACHE:-$KRS_CACHE_DIR/node-image}"
+TAR="${1:-$NODE_CACHE/kubelet-rs-node.tar}"
+INSTANCE=krs-node
+NS="node-check"
+CID=krs-node-check
+WORK=/var/lib/kubelet-rs/node-check
+BOOT_TIMEOUT_S=90
+HEALTHZ_TIMEOUT_S=90
+STOP_TIMEOUT_S=60
+
+log() { printf '[node-check] %s\n' "$*" >&2; }
+PASSED=()
+pass() {
+	PASSED+=("$*")
+	log "ok: $*"
+}
+die() {
+	log "FAILED: $*"
+	exit 1
+}
+
+ctr_() { timeout 300 ctr --address "$SOCK" -n "$NS" "$@"; }
+# in_node CMD...: runs CMD in the node (a process of the container, as `docker exec`).
+EXEC_N=0
+in_node() {
+	EXEC_N=$((EXEC_N + 1))
+	timeout 60 ctr --address "$SOCK" -n "$NS" tasks exec --exec-id "check-$$-$EXEC_N" "$CID" "$@"
+}
+
+cleanup() {
+	local rc=$?
+	set +e
+	if [[ -n "${SOCK:-}" && -S "${SOCK:-}" ]]; then
+		if ctr_ tasks ls -q 2>/dev/null | grep -qxF "$CID"; then
+			ctr_ tasks kill -s SIGKILL "$CID" >/dev/null 2>&1
+			sleep 1
+			ctr_ tasks delete -f "$CID" >/dev/null 2>&1
+		fi
+		ctr_ containers delete "$CID" >/dev/null 2>&1
+		[[ -n "${IMAGE_NAME:-}" ]] && ctr_ images rm "$IMAGE_NAME" >/dev/null 2>&1
+		ctr_ namespaces remove "$NS" >/dev/null 2>&1
+	fi
+	# Mounts the node made under its /var (pods, containerd's snapshots) come down with it;
+	# whatever a killed node left behind is unmounted here, deepest first.
+	if [[ -d "$WORK" ]]; then
+		grep -F " $WORK" /proc/self/mountinfo | awk '{print $5}' | sort -r |
+			while read -r m; do umount -l "$m"; done
+		rm -rf "$WORK"
+	fi
+	"$TESTBED/containerd.sh" purge "$INSTANCE" >/dev/null 2>&1
+	if grep -qE " ($WORK|/var/lib/kubelet-rs/$INSTANCE)" /proc/self/mountinfo; then
+		log "FAILED: mounts left behind"
+		rc=1
+	fi
+	if ((rc == 0)); then
+		pass "clean-up: container, image, /var folder, containerd instance $INSTANCE gone, no mount left"
+		printf '\n[node-check] PASSED (%ss in all):\n' "$((SECONDS - T0))"
+		printf '  - %s\n' "${PASSED[@]}"
+	else
+		printf '\n[node-check] FAILED after %ss; verified before that:\n' "$((SECONDS - T0))"
+		printf '  - %s\n' "${PASSED[@]}"
+	fi
+	exit "$rc"
+}
+
+# wait_for TIMEOUT CMD...: retries CMD every 0.5 s until it succeeds; fails after TIMEOUT s.
+wait_for() {
+	local deadline=$((SECONDS + $1))
+	shift
+	until "$@" >/dev/null 2>&1; do
+		((SECONDS < deadline)) || return 1
+		sleep 0.5
+	done
+}
+
+unit_active() { [[ "$(in_node systemctl is-active "$1" 2>/dev/null)" == active ]]; }
+system_up() {
+	local s
+	s="$(in_node systemctl is-system-running 2>/dev/null || true)"
+	[[ "$s" == running || "$s" == degraded ]]
+}
+b64() { base64 -w0 <"$1"; }
+healthz() { [[ "$(nsenter -t "$TASK_PID" -n curl -fsS --max-time 2 http://127.0.0.1:10248/healthz)" == ok ]]; }
+
+write_kubeadm_files() {
+	local node pki="$WORK/pki"
+	node="$(in_node hostname)"
+	mkdir -p "$pki" "$WORK/var/lib/kubelet"
+	openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=kubernetes -keyout "$pki/ca.key" \
+		-out "$pki/ca.crt" -addext basicConstraints=critical,CA:TRUE \
+		-addext keyUsage=critical,keyCertSign,cRLSign,digitalSignature 2>/dev/null
+	openssl req -newkey rsa:2048 -nodes -subj "/O=system:nodes/CN=system:node:$node" \
+		-keyout "$pki/node.key" -out "$pki/node.csr" 2>/dev/null
+	printf '%s\n' basicConstraints=critical,CA:FALSE keyUsage=critical,digitalSignature,keyEncipherment \
+		extendedKeyUsage=clientAuth >"$pki/node.ext"
+	openssl x509 -req -in "$pki/node.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+		-days 1 -extfile "$pki/node.ext" -out "$pki/node.crt" 2>/dev/null
+
+	in_node mkdir -p /etc/kubernetes
+	cat >"$WORK/kubelet.conf" <<-EOF
+		apiVersion: v1
+		kind: Config
+		clusters:
+		- name: kind
+		  cluster:
+		    server: https://127.0.0.1:6443
+		    certificate-authority-data: $(b64 "$pki/ca.crt")
+		contexts:
+		- name: system:node:$node@kind
+		  context:
+		    cluster: kind
+		    user: system:node:$node
+		current-context: system:node:$node@kind
+		users:
+		- name: system:node:$node
+		  user:
+		    client-certificate-data: $(b64 "$pki/node.crt")
+		    client-key-data: $(b64 "$pki/node.key")
+	EOF
+	# /etc is in the container's own root: copy the file in through its process's root.
+	install -m 0600 "$WORK/kubelet.conf" "/proc/$TASK_PID/root/etc/kubernetes/kubelet.conf"
+	cat >"$WORK/var/lib/kubelet/config.yaml" <<-'EOF'
+		apiVersion: kubelet.config.k8s.io/v1beta1
+		kind: KubeletConfiguration
+		cgroupDriver: systemd
+		cgroupRoot: /kubelet
+		failSwapOn: false
+		healthzBindAddress: 127.0.0.1
+		healthzPort: 10248
+		staticPodPath: /etc/kubernetes/manifests
+		authentication:
+		  anonymous:
+		    enabled: false
+		  webhook:
+		    enabled: false
+		authorization:
+		  mode: AlwaysAllow
+	EOF
+	cat >"$WORK/var/lib/kubelet/kubeadm-flags.env" <<-'EOF'
+		KUBELET_KUBEADM_ARGS="--container-runtime=remote --container-runtime-endpoint=unix:///run/containerd/containerd.sock --node-ip=127.0.0.1"
+	EOF
+}
+
+main() {
+	krs_require_root
+	T0=$SECONDS
+	[[ -s "$TAR" ]] || krs_die "$TAR missing: run images/node/build.sh"
+	command -v curl >/dev/null || krs_die "curl missing"
+
+	log "1. the OCI layout: $TAR"
+	local t=$SECONDS report
+	report="$(python3 "$HERE/layout.py" "$TAR")" || die "OCI layout check: $report"
+	IMAGE_NAME="$(sed -n 's/^name //p' <<<"$report")"
+	local digest
+	digest="$(sed -n 's/^digest //p' <<<"$report")"
+	pass "valid OCI layout ($((SECONDS - t))s): $(sed -n 's/^summary //p' <<<"$report")"
+	pass "config: $(sed -n 's/^config //p' <<<"$report")"
+	pass "layer holds: $(sed -n 's/^holds //p' <<<"$report")"
+
+	trap cleanup EXIT
+	log "2. import into containerd instance $INSTANCE"
+	eval "$("$TESTBED/containerd.sh" start "$INSTANCE")"
+	SOCK="$KRS_CONTAINERD_SOCK"
+	t=$SECONDS
+	ctr_ images import --all-platforms "$TAR" >/dev/null || die "ctr images import"
+	local got
+	got="$(ctr_ images ls | awk -v n="$IMAGE_NAME" '$1 == n { print $3 }')"
+	[[ "$got" == "$digest" ]] || die "after import, $IMAGE_NAME is '$got', not $digest"
+	pass "containerd $(containerd --version | awk '{print $3}') imported $IMAGE_NAME as $digest ($((SECONDS - t))s, unpacked)"
+
+	log "3. boot it as kind does"
+	rm -rf "$WORK"
+	mkdir -p "$WORK"
+	t=$SECONDS
+	local layer
+	layer="$(sed -n 's/^layer //p' <<<"$report")"
+	tar -xOf "$TAR" "$layer" | tar -xz --numeric-owner -p -C "$WORK" var || die "copying the image's /var"
+	pass "/var volume filled from the image ($(du -sh "$WORK/var" | cut -f1), $((SECONDS - t))s)"
+	t=$SECONDS
+	ctr_ run -d --privileged \
+		--mount "type=bind,src=$WORK/var,dst=/var,options=rbind:rw" \
+		--mount "type=tmpfs,src=tmpfs,dst=/run,options=mode=755:nosuid:nodev" \
+		--mount "type=tmpfs,src=tmpfs,dst=/tmp,options=mode=1777:nosuid:nodev" \
+		"$IMAGE_NAME" "$CID" >/dev/null || die "ctr run"
+	TASK_PID="$(ctr_ tasks ls | awk -v c="$CID" '$1 == c { print $2 }')"
+	[[ "$TASK_PID" =~ ^[0-9]+$ ]] || die "no task pid"
+	[[ "$(readlink "/proc/$TASK_PID/ns/net")" != "$(readlink /proc/self/ns/net)" ]] ||
+		die "the node shares the machine's network namespace"
+	local links
+	links="$(nsenter -t "$TASK_PID" -n ip -o link show | awk -F': ' '{print $2}' | tr '\n' ' ')"
+	[[ "$links" == "lo " ]] || die "the node's network namespace has more than lo: $links"
+	pass "privileged container $CID started, pid $TASK_PID, own network namespace with only: $links"
+
+	log "4. systemd, containerd, kubelet"
+	wait_for "$BOOT_TIMEOUT_S" system_up || {
+		in_node systemctl --failed --no-pager || true
+		die "systemd did not reach running/degraded within ${BOOT_TIMEOUT_S}s"
+	}
+	local state comm
+	state="$(in_node systemctl is-system-running || true)"
+	comm="$(in_node cat /proc/1/comm)"
+	[[ "$comm" == systemd ]] || die "PID 1 in the node is $comm, not systemd"
+	pass "systemd is PID 1 and the system is $state after $((SECONDS - t))s ($(in_node systemctl --version | head -n1))"
+	if [[ "$state" == degraded ]]; then
+		log "failed units (tolerated, as in kind nodes): $(in_node systemctl --failed --plain --no-legend --no-pager | awk '{print $1}' | tr '\n' ' ')"
+	fi
+	wait_for 30 unit_active containerd || die "containerd.service is not active"
+	local preloaded
+	preloaded="$(in_node ctr -n k8s.io images ls -q | grep -c '^k8s.gcr.io/' || true)"
+	((preloaded >= 6)) || die "the node's containerd lists $preloaded preloaded k8s.gcr.io images, expected 6"
+	pass "containerd.service active ($(in_node containerd --version | awk '{print $3}')), $preloaded preloaded control-plane images: $(in_node ctr -n k8s.io images ls -q | grep '^k8s.gcr.io/' | sed 's#k8s.gcr.io/##' | tr '\n' ' ')"
+	local kstate
+	kstate="$(in_node systemctl is-active kubelet || true)"
+	[[ "$kstate" != active ]] || die "kubelet active before its config exists (ConditionPathExists)"
+	pass "kubelet.service enabled ($(in_node systemctl is-enabled kubelet)) and waiting for /var/lib/kubelet/config.yaml ($kstate)"
+
+	# What `kubeadm init` writes before it restarts the kubelet (kubelet-start phase), as kind
+	# configures it: the KubeletConfiguration (systemd cgroup driver, cgroupRoot /kubelet),
+	# kubeadm-flags.env, and /etc/kubernetes/kubelet.conf with an embedded client certificate
+	# for system:node:NAME. Its API server (127.0.0.1:6443 in the node) is not running, as at
+	# that point of kubeadm init: the kubelet must come up and serve healthz regardless.
+	write_kubeadm_files
+	t=$SECONDS
+	in_node systemctl restart kubelet || die "systemctl restart kubelet"
+	wait_for "$HEALTHZ_TIMEOUT_S" healthz || {
+		in_node journalctl -u kubelet --no-pager -n 30 || true
+		die "kubelet healthz did not answer ok within ${HEALTHZ_TIMEOUT_S}s"
+	}
+	local kpid exe version cg
+	kpid="$(in_node systemctl show -p MainPID --value kubelet)"
+	exe="$(in_node readlink "/proc/$kpid/exe")"
+	version="$(in_node /usr/bin/kubelet --version)"
+	cg="$(in_node grep -E '^[0-9]+:name=systemd:|^0::' "/proc/$kpid/cgroup" | head -n1 | cut -d: -f3)"
+	[[ "$exe" == /usr/bin/kubelet ]] || die "the kubelet's executable is $exe"
+	[[ "$version" == *kubelet-rs* ]] || die "/usr/bin/kubelet is not kubelet-rs: $version"
+	[[ "$cg" == */kubelet.slice/kubelet.service ]] || die "the kubelet runs in cgroup $cg, not kubelet.slice/kubelet.service"
+	pass "kubelet.service active: pid $kpid, $exe ($version), cgroup $cg; healthz on 127.0.0.1:10248 said ok $((SECONDS - t))s after the restart"
+	in_node journalctl -u kubelet --no-pager -n 200 >"$NODE_CACHE/check-kubelet.log" 2>&1 || true
+
+	log "5. stop (SIGRTMIN+3) and clean up"
+	t=$SECONDS
+	ctr_ tasks kill -s SIGRTMIN+3 "$CID" >/dev/null || die "ctr tasks kill"
+	local deadline=$((SECONDS + STOP_TIMEOUT_S))
+	while ctr_ tasks ls | awk -v c="$CID" '$1 == c { print $3 }' | grep -qx RUNNING; do
+		((SECONDS < deadline)) || die "the node did not stop within ${STOP_TIMEOUT_S}s of SIGRTMIN+3"
+		sleep 0.5
+	done
+	pass "systemd powered the node off on SIGRTMIN+3 in $((SECONDS - t))s"
+	ctr_ tasks delete "$CID" >/dev/null 2>&1 || true
+	ctr_ containers delete "$CID" >/dev/null || die "ctr containers delete"
+	ctr_ images rm "$IMAGE_NAME" >/dev/null || die "ctr images rm"
+}
+
+main "$@"
