@@ -113,6 +113,8 @@ systemd_like_kind() {
 	mkdir -p "$root/etc/systemd/system/multi-user.target.wants"
 	ln -sfn /etc/systemd/system/containerd.service "$root/etc/systemd/system/multi-user.target.wants/containerd.service"
 	ln -sfn /etc/systemd/system/kubelet.service "$root/etc/systemd/system/multi-user.target.wants/kubelet.service"
+	ln -sfn /etc/systemd/system/kubelet-rs-cgroups.service \
+		"$root/etc/systemd/system/multi-user.target.wants/kubelet-rs-cgroups.service"
 	[[ -e "$root/sbin/init" ]] || krs_die "no /sbin/init in the root (systemd-sysv)"
 }
 
@@ -157,6 +159,18 @@ preload() {
 			}
 		done
 	done <"$list"
+	# As containerd's discard_unpacked_layers does for pulls (kind's config sets it): the layers'
+	# compressed blobs go once they are unpacked; the snapshots, manifests and configs stay.
+	local manifest layer dropped=0
+	if ((!failed)); then
+		for manifest in $("${c[@]}" images ls | awk 'NR > 1 && $1 ~ /^k8s.gcr.io\// { print $3 }'); do
+			for layer in $("${c[@]}" content get "$manifest" |
+				python3 -c 'import json,sys; print("\n".join(l["digest"] for l in json.load(sys.stdin)["layers"]))'); do
+				"${c[@]}" content rm "$layer" >/dev/null && dropped=$((dropped + 1))
+			done
+		done
+		log "dropped $dropped unpacked layer blobs"
+	fi
 	"${c[@]}" images ls -q 2>/dev/null | sed 's/^/[node-image]   in the image: /' >&2 || true
 	kill "$pid" 2>/dev/null || true
 	wait "$pid" 2>/dev/null || true

@@ -40,12 +40,18 @@ STOP_TIMEOUT_S=60
 
 log() { printf '[node-check] %s\n' "$*" >&2; }
 PASSED=()
+GUARD=()
+GUARD_WAS_THERE=1
 pass() {
 	PASSED+=("$*")
 	log "ok: $*"
 }
 die() {
 	log "FAILED: $*"
+	if [[ -s "$WORK/console.log" ]]; then
+		log "the node's console (entrypoint, systemd):"
+		tail -n 30 "$WORK/console.log" >&2
+	fi
 	exit 1
 }
 
@@ -78,12 +84,30 @@ cleanup() {
 		rm -rf "$WORK"
 	fi
 	"$TESTBED/containerd.sh" purge "$INSTANCE" >/dev/null 2>&1
+	# containerd.sh start added a FORWARD guard for the instance's pod subnet; it goes if this
+	# run added it.
+	if ((${#GUARD[@]})) && ! ((GUARD_WAS_THERE)); then
+		iptables -w 5 -D "${GUARD[@]}" 2>/dev/null
+	fi
+	rmdir "/var/lib/kubelet-rs/$INSTANCE" 2>/dev/null
 	if grep -qE " ($WORK|/var/lib/kubelet-rs/$INSTANCE)" /proc/self/mountinfo; then
 		log "FAILED: mounts left behind"
 		rc=1
 	fi
+	# ctr put the node in /NS/CID of every hierarchy; the node's systemd removed what it made
+	# below, runc the container's own; the namespace's folder is ours to remove. A folder that
+	# is not empty means something of the node still runs.
+	local d
+	for d in /sys/fs/cgroup/*/"$NS" /sys/fs/cgroup/"$NS"; do
+		[[ -d "$d" ]] || continue
+		find "$d" -depth -type d -exec rmdir {} + 2>/dev/null
+		if [[ -d "$d" ]]; then
+			log "FAILED: cgroup $d left behind"
+			rc=1
+		fi
+	done
 	if ((rc == 0)); then
-		pass "clean-up: container, image, /var folder, containerd instance $INSTANCE gone, no mount left"
+		pass "clean-up: container, image, /var folder, containerd instance $INSTANCE, its FORWARD guard and the cgroups gone, no mount left"
 		printf '\n[node-check] PASSED (%ss in all):\n' "$((SECONDS - T0))"
 		printf '  - %s\n' "${PASSED[@]}"
 	else
@@ -187,6 +211,11 @@ main() {
 	pass "config: $(sed -n 's/^config //p' <<<"$report")"
 	pass "layer holds: $(sed -n 's/^holds //p' <<<"$report")"
 
+	local subnet
+	subnet="$("$TESTBED/containerd.sh" env "$INSTANCE" | sed -n 's/^export KRS_POD_SUBNET=//p')"
+	GUARD=(FORWARD -s "$subnet" ! -d "$subnet" -m comment --comment "kubelet-rs $INSTANCE: pod traffic stays on the pod network" -j DROP)
+	GUARD_WAS_THERE=0
+	iptables -w 5 -C "${GUARD[@]}" 2>/dev/null && GUARD_WAS_THERE=1
 	trap cleanup EXIT
 	log "2. import into containerd instance $INSTANCE"
 	eval "$("$TESTBED/containerd.sh" start "$INSTANCE")"
@@ -211,6 +240,7 @@ main() {
 		--mount "type=bind,src=$WORK/var,dst=/var,options=rbind:rw" \
 		--mount "type=tmpfs,src=tmpfs,dst=/run,options=mode=755:nosuid:nodev" \
 		--mount "type=tmpfs,src=tmpfs,dst=/tmp,options=mode=1777:nosuid:nodev" \
+		--log-uri "file://$WORK/console.log" \
 		"$IMAGE_NAME" "$CID" >/dev/null || die "ctr run"
 	TASK_PID="$(ctr_ tasks ls | awk -v c="$CID" '$1 == c { print $2 }')"
 	[[ "$TASK_PID" =~ ^[0-9]+$ ]] || die "no task pid"
@@ -239,6 +269,14 @@ main() {
 	preloaded="$(in_node ctr -n k8s.io images ls -q | grep -c '^k8s.gcr.io/' || true)"
 	((preloaded >= 6)) || die "the node's containerd lists $preloaded preloaded k8s.gcr.io images, expected 6"
 	pass "containerd.service active ($(in_node containerd --version | awk '{print $3}')), $preloaded preloaded control-plane images: $(in_node ctr -n k8s.io images ls -q | grep '^k8s.gcr.io/' | sed 's#k8s.gcr.io/##' | tr '\n' ' ')"
+	# The preloaded images are usable, not only listed: a container from the etcd image runs
+	# its binary in the node's containerd (snapshot unpacked at build time, no pull).
+	local etcd_version
+	etcd_version="$(in_node ctr -n k8s.io run --rm k8s.gcr.io/etcd:3.4.13-0 "preload-$$" \
+		/usr/local/bin/etcd --version 2>&1 | head -n1)" || true
+	[[ "$etcd_version" == "etcd Version: 3.4"* ]] ||
+		die "a container from the preloaded etcd image did not run etcd: $etcd_version"
+	pass "a container from the preloaded k8s.gcr.io/etcd:3.4.13-0 ran in the node's containerd: $etcd_version"
 	local kstate
 	kstate="$(in_node systemctl is-active kubelet || true)"
 	[[ "$kstate" != active ]] || die "kubelet active before its config exists (ConditionPathExists)"

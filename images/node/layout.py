@@ -51,6 +51,8 @@ REQUIRED = {
     "etc/systemd/system/kubelet.service.d/11-kind.conf": "f",
     "etc/systemd/system/kubelet.slice": "f",
     "etc/systemd/system/containerd.service": "f",
+    "etc/systemd/system/kubelet-rs-cgroups.service": "f",
+    "etc/systemd/system/multi-user.target.wants/kubelet-rs-cgroups.service": "l",
     "etc/systemd/system/multi-user.target.wants/kubelet.service": "l",
     "etc/systemd/system/multi-user.target.wants/containerd.service": "l",
     "etc/containerd/config.toml": "f",
