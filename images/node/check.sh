@@ -40,6 +40,10 @@ STOP_TIMEOUT_S=60
 
 log() { printf '[node-check] %s\n' "$*" >&2; }
 PASSED=()
+# Machine-wide sysctls a kubelet may write (not per network namespace): they must not change.
+SYSCTLS=(vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops
+	kernel/keys/root_maxkeys kernel/keys/root_maxbytes)
+declare -A SYSCTL_BEFORE=()
 GUARD=()
 GUARD_WAS_THERE=1
 pass() {
@@ -90,6 +94,14 @@ cleanup() {
 		iptables -w 5 -D "${GUARD[@]}" 2>/dev/null
 	fi
 	rmdir "/var/lib/kubelet-rs/$INSTANCE" 2>/dev/null
+	local key
+	for key in "${!SYSCTL_BEFORE[@]}"; do
+		if [[ "$(<"/proc/sys/$key")" != "${SYSCTL_BEFORE[$key]}" ]]; then
+			log "FAILED: the node changed the machine's $key ($(<"/proc/sys/$key")); restored"
+			echo "${SYSCTL_BEFORE[$key]}" >"/proc/sys/$key"
+			rc=1
+		fi
+	done
 	if grep -qE " ($WORK|/var/lib/kubelet-rs/$INSTANCE)" /proc/self/mountinfo; then
 		log "FAILED: mounts left behind"
 		rc=1
@@ -107,7 +119,7 @@ cleanup() {
 		fi
 	done
 	if ((rc == 0)); then
-		pass "clean-up: container, image, /var folder, containerd instance $INSTANCE, its FORWARD guard and the cgroups gone, no mount left"
+		pass "clean-up: container, image, /var folder, containerd instance $INSTANCE, its FORWARD guard and the cgroups gone, no mount left, machine-wide sysctls unchanged"
 		printf '\n[node-check] PASSED (%ss in all):\n' "$((SECONDS - T0))"
 		printf '  - %s\n' "${PASSED[@]}"
 	else
@@ -195,6 +207,112 @@ write_kubeadm_files() {
 	EOF
 }
 
+kubectl_() { in_node kubectl --kubeconfig /etc/kubernetes/admin.conf "$@"; }
+pods_running() {
+	local pods
+	pods="$(kubectl_ get pods -n kube-system --no-headers 2>/dev/null)"
+	for p in etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy; do
+		grep -E "^$p-" <<<"$pods" | grep -qE ' 1/1 +Running ' || return 1
+	done
+}
+node_ready() {
+	[[ "$(kubectl_ get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" == True ]]
+}
+pod_running() { [[ "$(kubectl_ get pod krs-pause -o jsonpath='{.status.phase}')" == Running ]]; }
+
+# kubeadm_init: what kind does on a control-plane node: a kubeadm config (kind's choices: the
+# systemd cgroup driver, cgroupRoot /kubelet), `kubeadm init`, then a CNI (here a bridge conflist
+# for the node's podCIDR, kind's default CNI being kindnetd, which cannot be had here).
+# The node gets an address and a default route on a veth pair whose two ends stay in its own
+# network namespace: nothing leaves it. Without crictl (see README) kubeadm's preflight phase,
+# which pulls images through crictl, is skipped; CoreDNS (no image here) too.
+kubeadm_init() {
+	local t=$SECONDS ip=10.92.0.2
+	NODE_NAME=kind-control-plane
+	in_node systemctl stop kubelet
+	in_node rm -f /etc/kubernetes/kubelet.conf /var/lib/kubelet/config.yaml /var/lib/kubelet/kubeadm-flags.env
+	in_node sh -euc "ip link add eth0 type veth peer name eth0-peer
+		ip addr add $ip/24 dev eth0; ip link set eth0 up; ip link set eth0-peer up
+		ip route add default dev eth0; hostname $NODE_NAME
+		printf '127.0.0.1 localhost\n$ip $NODE_NAME\n' >/etc/hosts" || die "node network"
+	cat >"$WORK/var/tmp/kubeadm.yaml" <<-EOF
+		apiVersion: kubeadm.k8s.io/v1beta2
+		kind: InitConfiguration
+		localAPIEndpoint:
+		  advertiseAddress: $ip
+		  bindPort: 6443
+		nodeRegistration:
+		  name: $NODE_NAME
+		  criSocket: unix:///run/containerd/containerd.sock
+		  kubeletExtraArgs:
+		    node-ip: $ip
+		---
+		apiVersion: kubeadm.k8s.io/v1beta2
+		kind: ClusterConfiguration
+		kubernetesVersion: $(in_node cat /kind/version)
+		clusterName: kind
+		networking:
+		  podSubnet: 10.244.0.0/16
+		  serviceSubnet: 10.96.0.0/16
+		---
+		apiVersion: kubelet.config.k8s.io/v1beta1
+		kind: KubeletConfiguration
+		cgroupDriver: systemd
+		cgroupRoot: /kubelet
+		failSwapOn: false
+		# Nothing can be pulled again here: no image GC, no disk-pressure eviction.
+		imageGCHighThresholdPercent: 100
+		imageGCLowThresholdPercent: 99
+		evictionHard:
+		  memory.available: 100Mi
+		  nodefs.available: 1%
+		  imagefs.available: 1%
+		---
+		apiVersion: kubeproxy.config.k8s.io/v1alpha1
+		kind: KubeProxyConfiguration
+		mode: iptables
+		conntrack:
+		  maxPerCore: 0
+		  tcpEstablishedTimeout: 0s
+		  tcpCloseWaitTimeout: 0s
+	EOF
+	if ! in_node kubeadm init --config /var/tmp/kubeadm.yaml --skip-phases=preflight,addon/coredns \
+		>"$NODE_CACHE/check-kubeadm-init.log" 2>&1; then
+		tail -n 20 "$NODE_CACHE/check-kubeadm-init.log" >&2
+		die "kubeadm init failed (log $NODE_CACHE/check-kubeadm-init.log)"
+	fi
+	pass "kubeadm $(in_node kubeadm version -o short) init succeeded in $((SECONDS - t))s (phases preflight and addon/coredns skipped)"
+	t=$SECONDS
+	wait_for 120 pods_running || {
+		kubectl_ get pods -A -o wide >&2 || true
+		die "the control-plane static pods and kube-proxy are not all Running within 120s"
+	}
+	pass "static pods etcd, kube-apiserver, kube-controller-manager, kube-scheduler (mirror pods) and kube-proxy's DaemonSet pod Running and Ready, $((SECONDS - t))s after init"
+	local cidr
+	cidr="$(kubectl_ get node "$NODE_NAME" -o jsonpath='{.spec.podCIDR}')"
+	[[ -n "$cidr" ]] || die "the node has no podCIDR"
+	cat >"$WORK/cni.conflist" <<-EOF
+		{"cniVersion": "0.4.0", "name": "kind-check", "plugins": [
+		  {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false,
+		   "ipam": {"type": "host-local", "ranges": [[{"subnet": "$cidr"}]]}},
+		  {"type": "portmap", "capabilities": {"portMappings": true}},
+		  {"type": "loopback"}]}
+	EOF
+	install -D -m 0644 "$WORK/cni.conflist" "/proc/$TASK_PID/root/etc/cni/net.d/10-kind-check.conflist"
+	t=$SECONDS
+	wait_for 90 node_ready || die "node $NODE_NAME not Ready within 90s of the CNI config"
+	pass "node $NODE_NAME Ready $((SECONDS - t))s after a bridge CNI config for its podCIDR $cidr; kubelet version reported: $(kubectl_ get node "$NODE_NAME" -o jsonpath='{.status.nodeInfo.kubeletVersion}')"
+	kubectl_ taint node "$NODE_NAME" node-role.kubernetes.io/master- >/dev/null
+	kubectl_ run krs-pause --image=k8s.gcr.io/pause:3.2 --image-pull-policy=IfNotPresent >/dev/null ||
+		die "kubectl run"
+	t=$SECONDS
+	wait_for 90 pod_running || {
+		kubectl_ describe pod krs-pause >&2 || true
+		die "pod krs-pause not Running within 90s"
+	}
+	pass "a pod (k8s.gcr.io/pause:3.2, preloaded) Running on the pod network at $(kubectl_ get pod krs-pause -o jsonpath='{.status.podIP}') $((SECONDS - t))s after kubectl run"
+}
+
 main() {
 	krs_require_root
 	T0=$SECONDS
@@ -216,6 +334,10 @@ main() {
 	GUARD=(FORWARD -s "$subnet" ! -d "$subnet" -m comment --comment "kubelet-rs $INSTANCE: pod traffic stays on the pod network" -j DROP)
 	GUARD_WAS_THERE=0
 	iptables -w 5 -C "${GUARD[@]}" 2>/dev/null && GUARD_WAS_THERE=1
+	local key
+	for key in "${SYSCTLS[@]}"; do
+		[[ -e "/proc/sys/$key" ]] && SYSCTL_BEFORE[$key]="$(<"/proc/sys/$key")"
+	done
 	trap cleanup EXIT
 	log "2. import into containerd instance $INSTANCE"
 	eval "$("$TESTBED/containerd.sh" start "$INSTANCE")"
@@ -305,7 +427,10 @@ main() {
 	pass "kubelet.service active: pid $kpid, $exe ($version), cgroup $cg; healthz on 127.0.0.1:10248 said ok $((SECONDS - t))s after the restart"
 	in_node journalctl -u kubelet --no-pager -n 200 >"$NODE_CACHE/check-kubelet.log" 2>&1 || true
 
-	log "5. stop (SIGRTMIN+3) and clean up"
+	log "5. kubeadm init in the node, as kind runs it"
+	kubeadm_init
+
+	log "6. stop (SIGRTMIN+3) and clean up"
 	t=$SECONDS
 	ctr_ tasks kill -s SIGRTMIN+3 "$CID" >/dev/null || die "ctr tasks kill"
 	local deadline=$((SECONDS + STOP_TIMEOUT_S))
