@@ -224,8 +224,8 @@ pod_running() { [[ "$(kubectl_ get pod krs-pause -o jsonpath='{.status.phase}')"
 # systemd cgroup driver, cgroupRoot /kubelet), `kubeadm init`, then a CNI (here a bridge conflist
 # for the node's podCIDR, kind's default CNI being kindnetd, which cannot be had here).
 # The node gets an address and a default route on a veth pair whose two ends stay in its own
-# network namespace: nothing leaves it. Without crictl (see README) kubeadm's preflight phase,
-# which pulls images through crictl, is skipped; CoreDNS (no image here) too.
+# network namespace: nothing leaves it. kubeadm's preflight phase is skipped as kind skips it for
+# kubeadm < 1.23 (it pulls images, through crictl, which the image lacks); CoreDNS (no image) too.
 kubeadm_init() {
 	local t=$SECONDS ip=10.92.0.2
 	NODE_NAME=kind-control-plane
