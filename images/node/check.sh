@@ -246,6 +246,7 @@ kubeadm_init() {
 		  criSocket: unix:///run/containerd/containerd.sock
 		  kubeletExtraArgs:
 		    node-ip: $ip
+		    provider-id: kind://docker/kind/$NODE_NAME
 		---
 		apiVersion: kubeadm.k8s.io/v1beta2
 		kind: ClusterConfiguration
@@ -301,7 +302,10 @@ kubeadm_init() {
 	install -D -m 0644 "$WORK/cni.conflist" "/proc/$TASK_PID/root/etc/cni/net.d/10-kind-check.conflist"
 	t=$SECONDS
 	wait_for 90 node_ready || die "node $NODE_NAME not Ready within 90s of the CNI config"
-	pass "node $NODE_NAME Ready $((SECONDS - t))s after a bridge CNI config for its podCIDR $cidr; kubelet version reported: $(kubectl_ get node "$NODE_NAME" -o jsonpath='{.status.nodeInfo.kubeletVersion}')"
+	local provider
+	provider="$(kubectl_ get node "$NODE_NAME" -o jsonpath='{.spec.providerID}')"
+	[[ "$provider" == "kind://docker/kind/$NODE_NAME" ]] || die "node providerID is '$provider'"
+	pass "node $NODE_NAME Ready $((SECONDS - t))s after a bridge CNI config for its podCIDR $cidr; kubelet version reported: $(kubectl_ get node "$NODE_NAME" -o jsonpath='{.status.nodeInfo.kubeletVersion}'), providerID $provider (kind's --provider-id)"
 	kubectl_ taint node "$NODE_NAME" node-role.kubernetes.io/master- >/dev/null
 	kubectl_ run krs-pause --image=k8s.gcr.io/pause:3.2 --image-pull-policy=IfNotPresent >/dev/null ||
 		die "kubectl run"
