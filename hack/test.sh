@@ -14,7 +14,10 @@
 # it takes down again; about 2 minutes). KRS_E2E_QUICK=0 leaves it out. Then kubeadm v1.20.2
 # init/reset on that kubelet (e2e/kubeadm/run.sh --kubelet ours: a node in namespaces of its
 # own; about a minute, plus building kubeadm and its images the first time).
-# KRS_E2E_KUBEADM=0 leaves it out.
+# KRS_E2E_KUBEADM=0 leaves it out. Then the three install paths are built and checked with
+# that same (debug) kubelet inside (about 6 minutes; KRS_PACKAGING=0 leaves them out): the Debian
+# package (packaging/deb/check.sh), the Helm chart and its installer (charts/kubelet-rs/test/
+# run.sh) and the kind node image (images/node/build.sh, then images/node/check.sh).
 # Exit status: the first failing step's, else cargo test's.
 set -euo pipefail
 
@@ -34,6 +37,19 @@ stop_bed() {
 	if [[ "$STOP_CONTAINERD" == 1 ]]; then
 		"$TESTBED/containerd.sh" stop "$INSTANCE" || log "warning: stopping containerd failed"
 	fi
+}
+
+# packaging_checks KUBELET: the Debian package, the Helm chart and the kind node image, each built
+# around KUBELET by its own command and checked by its own check (see their READMEs).
+packaging_checks() {
+	local kubelet="$1"
+	log "Debian package (packaging/deb/check.sh)"
+	KRS_DEB_KUBELET="$kubelet" "$REPO_ROOT/packaging/deb/check.sh" || return
+	log "Helm chart and its installer (charts/kubelet-rs/test/run.sh)"
+	KRS_CHART_KUBELET="$kubelet" "$REPO_ROOT/charts/kubelet-rs/test/run.sh" || return
+	log "kind node image (images/node/build.sh, images/node/check.sh)"
+	KRS_KUBELET="$kubelet" "$REPO_ROOT/images/node/build.sh" >/dev/null || return
+	"$REPO_ROOT/images/node/check.sh"
 }
 
 main() {
@@ -88,6 +104,9 @@ main() {
 		log "kubeadm init on our kubelet (e2e/kubeadm/run.sh)"
 		KRS_KUBEADM_KUBELET="$CARGO_TARGET_DIR/debug/kubelet" \
 			"$REPO_ROOT/e2e/kubeadm/run.sh" --kubelet ours || status=$?
+	fi
+	if [[ "$status" == 0 && "${KRS_PACKAGING:-1}" != 0 ]]; then
+		packaging_checks "$CARGO_TARGET_DIR/debug/kubelet" || status=$?
 	fi
 	return "$status"
 }

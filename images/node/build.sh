@@ -14,8 +14,8 @@
 #   5. one layer written by hack/testbed/oci_image.py with kind's entrypoint, cmd and stop signal.
 # Prints the tarball's path, its manifest digest and its size. Output: $NODE_CACHE/kubelet-rs-node.tar
 #
-# Env: NODE_CACHE (default /var/cache/kubelet-rs/node-image), KRS_KUBELET (default
-# $CARGO_TARGET_DIR/release/kubelet, built with cargo if missing), NODE_IMAGE_NAME (default
+# Env: NODE_CACHE (default /var/cache/kubelet-rs/node-image), KRS_KUBELET (default: this
+# checkout's, `cargo build --release`, into $CARGO_TARGET_DIR or ./target), NODE_IMAGE_NAME (default
 # docker.io/kubelet-rs/node:v1.20.2), KRS_UPSTREAM_CACHE (default /var/cache/kubelet-rs/upstream).
 set -euo pipefail
 
@@ -87,13 +87,15 @@ upstream_bins() {
 }
 
 our_kubelet() {
-	local bin="${KRS_KUBELET:-${CARGO_TARGET_DIR:-$REPO/target}/release/kubelet}"
-	if [[ ! -x "$bin" ]]; then
-		[[ -z "${KRS_KUBELET:-}" ]] || krs_die "KRS_KUBELET=$bin is not an executable"
-		log "cargo build --release --bin kubelet"
-		(cd "$REPO" && cargo build --release --bin kubelet >&2)
+	if [[ -n "${KRS_KUBELET:-}" ]]; then
+		[[ -x "$KRS_KUBELET" ]] || krs_die "KRS_KUBELET=$KRS_KUBELET is not an executable"
+		printf '%s\n' "$KRS_KUBELET"
+		return
 	fi
-	printf '%s\n' "$bin"
+	# Always asked (a no-op when up to date): a binary left from an older checkout must not ship.
+	log "cargo build --release --bin kubelet"
+	(cd "$REPO" && cargo build --release --locked --bin kubelet >&2)
+	printf '%s\n' "${CARGO_TARGET_DIR:-$REPO/target}/release/kubelet"
 }
 
 # kind's changes to a Debian root: only containerd and the kubelet start (no gettys, udev,
@@ -153,7 +155,7 @@ preload() {
 		log "preloading $names"
 		"${c[@]}" images import --all-platforms --snapshotter overlayfs "$tar" >/dev/null || failed=1
 		for name in $names; do
-			"${c[@]}" images ls -q | grep -qxF "$name" || {
+			"${c[@]}" images ls -q | grep -xF "$name" >/dev/null || {
 				log "error: $name missing after import"
 				failed=1
 			}

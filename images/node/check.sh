@@ -71,7 +71,7 @@ cleanup() {
 	local rc=$?
 	set +e
 	if [[ -n "${SOCK:-}" && -S "${SOCK:-}" ]]; then
-		if ctr_ tasks ls -q 2>/dev/null | grep -qxF "$CID"; then
+		if ctr_ tasks ls -q 2>/dev/null | grep -xF "$CID" >/dev/null; then
 			ctr_ tasks kill -s SIGKILL "$CID" >/dev/null 2>&1
 			sleep 1
 			ctr_ tasks delete -f "$CID" >/dev/null 2>&1

@@ -88,7 +88,7 @@ SCRATCH="$(mktemp -d "$CACHE/check.XXXXXX")"
 # Every mount below lives in a mount namespace that ends with its command: nothing is mounted
 # under SCRATCH once a step is over, so it can simply be deleted.
 cleanup() {
-	if findmnt -rno TARGET | grep -qF "$SCRATCH"; then
+	if findmnt -rno TARGET | grep -F "$SCRATCH" >/dev/null; then
 		log "mounts left under $SCRATCH: not deleting it"
 		return
 	fi

@@ -45,7 +45,7 @@ done
 for tool in busybox curl jq objcopy python3; do
 	command -v "$tool" >/dev/null || krs_die "$tool is missing (apt-get install busybox-static curl jq binutils python3)"
 done
-busybox --list | grep -qx nsenter || krs_die "this busybox has no nsenter applet (Debian's busybox-static has)"
+busybox --list | grep -x nsenter >/dev/null || krs_die "this busybox has no nsenter applet (Debian's busybox-static has)"
 if [[ -z "$KUBELET" ]]; then
 	# Always asked: a release binary left from an older checkout must not be shipped.
 	log "building the kubelet (cargo build --release --bin kubelet)"
