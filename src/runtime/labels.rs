@@ -11,10 +11,11 @@ pub const POD_NAME: &str = "io.kubernetes.pod.name";
 pub const POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
 pub const POD_UID: &str = "io.kubernetes.pod.uid";
 pub const CONTAINER_NAME: &str = "io.kubernetes.container.name";
-/// Our own key: upstream hashes a Go-specific dump of the spec under
-/// `io.kubernetes.container.hash`, which we cannot reproduce, so containers it created (a node
-/// switching kubelets) carry no hash of ours and are adopted rather than replaced.
+/// Our own key for the hash we compare: containers upstream's kubelet created (a node switching
+/// kubelets) carry none of ours and are adopted rather than replaced.
 pub const CONTAINER_HASH: &str = "io.kubelet-rs.container.hash";
+/// Upstream's key, written for upstream's kubelet only (see [`upstream_hash`]); never read.
+pub const UPSTREAM_CONTAINER_HASH: &str = "io.kubernetes.container.hash";
 pub const CONTAINER_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
 pub const TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationMessagePath";
 pub const TERMINATION_MESSAGE_POLICY: &str = "io.kubernetes.container.terminationMessagePolicy";
@@ -57,6 +58,10 @@ pub fn container_annotations(
     a.insert(
         CONTAINER_HASH.to_string(),
         format!("{:x}", container_hash(container)),
+    );
+    a.insert(
+        UPSTREAM_CONTAINER_HASH.to_string(),
+        format!("{:x}", upstream_hash(container)),
     );
     a.insert(
         CONTAINER_RESTART_COUNT.to_string(),
@@ -120,6 +125,56 @@ pub fn hash_matches(container: &Container, hash: u64) -> bool {
     hash == container_hash(container) || hash == full_hash(container)
 }
 
+/// The hash upstream's kubelet (v1.31 and later) computes and compares, so that a node going back
+/// from ours to it keeps its containers: FNV-1a (32 bit) of go-spew's `%#v` rendering of the
+/// JSON `{"image":..,"name":..}`, which is `([]uint8)[` then the bytes in decimal, blank
+/// separated, then `]`.
+pub fn upstream_hash(container: &Container) -> u64 {
+    let mut json = String::from("{\"image\":");
+    go_json_string(&mut json, container.image.as_deref().unwrap_or_default());
+    json.push_str(",\"name\":");
+    go_json_string(&mut json, &container.name);
+    json.push('}');
+    let mut h: u32 = 0x811c_9dc5;
+    let mut write = |bytes: &[u8]| {
+        for b in bytes {
+            h ^= u32::from(*b);
+            h = h.wrapping_mul(0x0100_0193);
+        }
+    };
+    write(b"([]uint8)[");
+    for (i, b) in json.bytes().enumerate() {
+        if i > 0 {
+            write(b" ");
+        }
+        write(b.to_string().as_bytes());
+    }
+    write(b"]");
+    u64::from(h)
+}
+
+/// A JSON string as Go's encoding/json writes it: HTML-sensitive characters and U+2028/9
+/// escaped as well, so the bytes (and the hash over them) are Go's.
+fn go_json_string(out: &mut String, s: &str) {
+    out.push('"');
+    for ch in s.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 || matches!(c, '<' | '>' | '&' | '\u{2028}' | '\u{2029}') => {
+                out.push_str(&format!("\\u{:04x}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
 struct Fnv1a(u64);
 
 impl Default for Fnv1a {
@@ -180,6 +235,26 @@ mod tests {
         assert!(hash_matches(&sized, full_hash(&sized)));
         assert!(hash_matches(&sized, container_hash(&sized)));
         assert!(!hash_matches(&sized, full_hash(&container("busybox:2"))));
+    }
+
+    #[test]
+    fn upstream_hash_is_upstreams() {
+        // Values printed by upstream's own computation (Go, go-spew) for these containers.
+        let c = |name: &str, image: &str| Container {
+            name: name.into(),
+            image: Some(image.into()),
+            command: Some(vec!["sleep".into()]),
+            ..Default::default()
+        };
+        assert_eq!(upstream_hash(&c("app", "busybox")), 0x3ada_567e);
+        assert_eq!(
+            upstream_hash(&c("web", "registry.k8s.io/e2e-test-images/agnhost:2.39")),
+            0xfb30_afce
+        );
+        assert_eq!(upstream_hash(&c("x<&>", "img")), 0x37ea_5e33);
+        let pod = Pod::default();
+        let ann = container_annotations(&pod, &c("app", "busybox"), 0);
+        assert_eq!(ann[UPSTREAM_CONTAINER_HASH], "3ada567e");
     }
 
     #[test]
