@@ -274,16 +274,29 @@ async fn node_joins_runs_a_deployment_and_rejects_what_does_not_fit() {
         .await
         .expect("delete steady pod");
     let deleted = tokio::time::timeout(Duration::from_secs(60), async {
-        while let Some(event) = events.next().await {
-            if let Ok(kube::api::WatchEvent::Deleted(pod)) = event {
-                return Some(pod);
+        // A watch the apiserver ends early (an Error event such as a watch cache that has not
+        // caught up with the version yet) is opened again from the last version seen.
+        let mut since = version.clone();
+        loop {
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(kube::api::WatchEvent::Deleted(pod)) => return pod,
+                    Ok(kube::api::WatchEvent::Modified(pod)) => {
+                        since = pod.metadata.resource_version.unwrap_or(since);
+                    }
+                    Ok(kube::api::WatchEvent::Error(e)) => eprintln!("watch error: {e:?}"),
+                    _ => {}
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            match pods.watch(&watch, &since).await {
+                Ok(s) => events = s.boxed(),
+                Err(e) => eprintln!("watch again: {e}"),
             }
         }
-        None
     })
     .await
-    .expect("steady pod deleted within 60 s")
-    .expect("a Deleted event");
+    .expect("a Deleted event for the steady pod within 60 s");
     let status = deleted.status.unwrap_or_default();
     assert_eq!(status.phase.as_deref(), Some("Succeeded"), "{status:?}");
     let c = &status.container_statuses.unwrap_or_default()[0];
