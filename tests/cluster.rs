@@ -261,10 +261,12 @@ async fn node_joins_runs_a_deployment_and_rejects_what_does_not_fit() {
     wait_ready(&nodes, "node Ready again").await;
     // A deleted pod ends terminal: the object the watch sees deleted shows how it ended (its
     // container stops on SIGTERM with 0), as upstream's status manager leaves it.
+    // The list's version, not the pod's: the pod last changed before the apiserver restart
+    // above, and the restarted apiserver's watch cache starts after that (410 Expired).
     let version = pods
-        .get("krs-steady")
+        .list(&ListParams::default().fields("metadata.name=krs-steady"))
         .await
-        .expect("steady pod")
+        .expect("list the steady pod")
         .metadata
         .resource_version
         .unwrap_or_default();
@@ -274,8 +276,7 @@ async fn node_joins_runs_a_deployment_and_rejects_what_does_not_fit() {
         .await
         .expect("delete steady pod");
     let deleted = tokio::time::timeout(Duration::from_secs(60), async {
-        // A watch the apiserver ends early (an Error event such as a watch cache that has not
-        // caught up with the version yet) is opened again from the last version seen.
+        // A watch the apiserver ends early is opened again from the last version seen.
         let mut since = version.clone();
         loop {
             while let Some(event) = events.next().await {
