@@ -39,6 +39,18 @@ stop_bed() {
 	fi
 }
 
+# Whether the default test control plane's kube-apiserver runs, by the pid up.sh recorded (a
+# control plane of another name, or any other kube-apiserver, does not count).
+default_cluster_runs() {
+	local run pid
+	run="$("$REPO_ROOT/hack/cluster/env.sh" 2>/dev/null | sed -n 's/^export KRS_CLUSTER_RUN_DIR=//p')" ||
+		return 1
+	[[ -n "$run" && -r "$run/kube-apiserver.pid" ]] || return 1
+	pid="$(<"$run/kube-apiserver.pid")"
+	[[ "$pid" =~ ^[0-9]+$ ]] || return 1
+	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -F kube-apiserver >/dev/null
+}
+
 # packaging_checks KUBELET: the Debian package, the Helm chart and the kind node image, each built
 # around KUBELET by its own command and checked by its own check (see their READMEs).
 packaging_checks() {
@@ -76,8 +88,7 @@ main() {
 
 	# The control plane for the cluster tests (built once from Debian's kubernetes source
 	# package and cached under /var/cache/kubelet-rs/upstream; the first build takes minutes).
-	if "$REPO_ROOT/hack/cluster/env.sh" >/dev/null 2>&1 &&
-		[[ -n "$(pgrep -f 'kube-apiserver' || true)" ]]; then
+	if default_cluster_runs; then
 		log "control plane was running already: it stays running"
 	elif [[ "${KRS_KEEP_CLUSTER:-0}" != 1 ]]; then
 		STOP_CLUSTER=1
