@@ -253,9 +253,11 @@ node_ready_since() {
 
 # ---- the host ----
 
+# Bounded: a stop that hangs (TimeoutStopSec is 90 s by default) must not keep the lock past
+# its lease; a timed-out restart counts as failed and is rolled back.
 systemctl_() {
 	# shellcheck disable=SC2086 # SYSTEMCTL is a command line
-	$SYSTEMCTL "$@"
+	timeout "${SYSTEMCTL_TIMEOUT_S:-150}" $SYSTEMCTL "$@"
 }
 
 sha_of() { sha256sum "$1" | cut -d' ' -f1; }
