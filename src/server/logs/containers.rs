@@ -86,11 +86,15 @@ async fn serve(
 /// the body (k8s.io/apiserver's wsstream); over HTTP/1.1 a last chunk and the chunked
 /// terminator that arrive together are read exactly so, and `kubectl logs` over websockets saw
 /// nothing. Upstream's Go server flushes each write before it writes the terminator; a pause
-/// after the last chunk (which hyper flushes while the body is pending) does the same here.
+/// after the last chunk (which hyper flushes while the body is pending) does the same here:
+/// over TLS the flushed chunk is then a record of its own, and Go reads one record at a time.
 const END_OF_BODY_PAUSE: Duration = Duration::from_millis(5);
 
 fn with_held_end<S: Stream>(stream: S) -> impl Stream<Item = S::Item> {
-    let pause = futures::stream::once(tokio::time::sleep(END_OF_BODY_PAUSE));
+    // The timer starts when the last bytes have gone, not when the response was built: reading
+    // the file can take longer than the pause, and an elapsed timer would end the body in the
+    // same write as its last chunk.
+    let pause = futures::stream::once(async { tokio::time::sleep(END_OF_BODY_PAUSE).await });
     stream.chain(pause.filter_map(|()| std::future::ready(None)))
 }
 
@@ -166,11 +170,14 @@ mod tests {
         ContainerStateWaiting, PodStatus,
     };
 
-    /// The body's end comes a pause after its last bytes, never in the same poll.
+    /// The body's end comes a pause after its last bytes, never in the same poll, however long
+    /// the bytes took to come.
     #[tokio::test(start_paused = true)]
     async fn the_end_of_a_log_body_waits_after_the_last_bytes() {
         let body = with_held_end(futures::stream::iter([Ok::<_, ()>("a"), Ok("b")]));
         let mut body = std::pin::pin!(body);
+        // A slow file read: more than the pause passes before the first bytes.
+        tokio::time::advance(END_OF_BODY_PAUSE * 4).await;
         assert_eq!(body.next().await, Some(Ok("a")));
         assert_eq!(body.next().await, Some(Ok("b")));
         let start = tokio::time::Instant::now();
