@@ -31,6 +31,7 @@
 #   HOST_ROOT        the host's / as this process sees it            (/host)
 #   SYSTEMCTL        the systemctl command line, split on blanks      (nsenter into PID 1's
 #                    namespaces, then systemctl)
+#   SYSTEMCTL_TIMEOUT_S  the bound on each systemctl call              (150)
 #   NODE_NAME        this node (required; the Downward API's spec.nodeName)
 #   HOLDER           lock holder identity (the pod's name)            ($NODE_NAME)
 #   API_URL          the apiserver                                     (https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)
@@ -48,6 +49,7 @@ set -eu
 
 HOST_ROOT="${HOST_ROOT:-/host}"
 SYSTEMCTL="${SYSTEMCTL:-nsenter -t 1 -m -u -i -n -p -- systemctl}"
+SYSTEMCTL_TIMEOUT_S="${SYSTEMCTL_TIMEOUT_S:-150}"
 NODE_NAME="${NODE_NAME:-}"
 HOLDER="${HOLDER:-$NODE_NAME}"
 SA_DIR=/var/run/secrets/kubernetes.io/serviceaccount
@@ -257,7 +259,7 @@ node_ready_since() {
 # its lease; a timed-out restart counts as failed and is rolled back.
 systemctl_() {
 	# shellcheck disable=SC2086 # SYSTEMCTL is a command line
-	timeout "${SYSTEMCTL_TIMEOUT_S:-150}" $SYSTEMCTL "$@"
+	timeout "$SYSTEMCTL_TIMEOUT_S" $SYSTEMCTL "$@"
 }
 
 sha_of() { sha256sum "$1" | cut -d' ' -f1; }
