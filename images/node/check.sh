@@ -213,7 +213,9 @@ write_kubeadm_files() {
 	EOF
 }
 
-task_running() { [[ "$(ctr_ tasks ls | awk -v c="$CID" '$1 == c { print $3 }')" == RUNNING ]]; }
+# task_field N: column N of the node's line in `ctr tasks ls` (2: pid, 3: status).
+task_field() { ctr_ tasks ls | awk -v c="$CID" -v f="$1" '$1 == c { print $f }'; }
+task_running() { [[ "$(task_field 3)" == RUNNING ]]; }
 
 # stopping_units: the units systemd in the node is stopping right now, a line each, with the
 # processes they still hold ("unit (pid name, ...)").
@@ -399,7 +401,7 @@ main() {
 		--mount "type=tmpfs,src=tmpfs,dst=/tmp,options=mode=1777:nosuid:nodev" \
 		--log-uri "file://$WORK/console.log" \
 		"$IMAGE_NAME" "$CID" >/dev/null || die "ctr run"
-	TASK_PID="$(ctr_ tasks ls | awk -v c="$CID" '$1 == c { print $2 }')"
+	TASK_PID="$(task_field 2)"
 	[[ "$TASK_PID" =~ ^[0-9]+$ ]] || die "no task pid"
 	[[ "$(readlink "/proc/$TASK_PID/ns/net")" != "$(readlink /proc/self/ns/net)" ]] ||
 		die "the node shares the machine's network namespace"
