@@ -28,10 +28,10 @@ source "$TESTBED/lib.sh"
 # shellcheck source=hack/testbed/image_lib.sh
 source "$TESTBED/image_lib.sh"
 
-UPSTREAM_CACHE="${KRS_UPSTREAM_CACHE:-/var/cache/kubelet-rs/upstream}"
-UPSTREAM_BIN="$UPSTREAM_CACHE/bin"
-# build.sh targets whose binaries go into these images (built without cgo: see build.sh).
-UPSTREAM_TARGETS=(test/images/agnhost test/images/nonewprivs vendor/k8s.io/sample-apiserver)
+# shellcheck source=hack/upstream/lib.sh
+source "$HERE/../hack/upstream/lib.sh"
+UPSTREAM_CACHE="$KRS_UPSTREAM_CACHE"
+UPSTREAM_BIN="$KRS_UPSTREAM_BIN_DIR"
 
 # Debian packages whose binaries are copied into images, as package:command.
 HOST_TOOLS=(
@@ -93,17 +93,12 @@ ensure_host_tools() {
 }
 
 ensure_upstream_binaries() {
-	local t build=0
-	for t in "${UPSTREAM_TARGETS[@]}"; do
-		[[ -x "$UPSTREAM_BIN/$(basename "$t")" ]] || build=1
-	done
-	if [[ $build -eq 1 ]]; then
-		krs_log "building ${UPSTREAM_TARGETS[*]} (hack/upstream/build.sh)"
-		"$HERE/../hack/upstream/build.sh" "${UPSTREAM_TARGETS[@]}"
-	fi
-	for t in "${UPSTREAM_TARGETS[@]}"; do
-		t="$UPSTREAM_BIN/$(basename "$t")"
-		[[ -x "$t" ]] || krs_die "$t missing after hack/upstream/build.sh"
+	local t targets=()
+	# agnhost, nonewprivs, sample-apiserver (hack/upstream/targets: e2e-images), built without cgo.
+	krs_upstream_ensure e2e-images
+	mapfile -t targets < <(krs_upstream_targets e2e-images)
+	for t in "${targets[@]}"; do
+		t="$(krs_upstream_bin "$(basename "$t")")"
 		# Without this the busybox-based images fail with "exec ...: no such file or directory".
 		if ldd "$t" >/dev/null 2>&1; then
 			krs_die "$t is dynamically linked; delete it and rebuild (build.sh builds it static)"

@@ -46,7 +46,9 @@ KRS_E2E_LINK_BASE="10.$((88 + KRS_E2E_BED))"
 KRS_E2E_NET_BASE="$((230 + 10 * (KRS_E2E_BED - 1)))"
 KRS_E2E_RUN_STATE="/run/kubelet-rs/$KRS_E2E_NAME-run"
 KRS_E2E_LOCK="/run/kubelet-rs/$KRS_E2E_NAME-run.lock"
-KRS_E2E_UPSTREAM_BIN="${KRS_UPSTREAM_CACHE:-/var/cache/kubelet-rs/upstream}/bin"
+# shellcheck source=hack/upstream/lib.sh
+source "$KRS_E2E_REPO/hack/upstream/lib.sh"
+KRS_E2E_UPSTREAM_BIN="$KRS_UPSTREAM_BIN_DIR"
 # Host-side interface prefix of the nodes' veths; iptables matches them with "krs-e2e-+".
 KRS_E2E_VETH_PREFIX="krs-$KRS_E2E_NAME-"
 KRS_E2E_LINK_NET="$KRS_E2E_LINK_BASE.0.0/16"

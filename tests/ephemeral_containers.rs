@@ -36,9 +36,7 @@ const POD: &str = "eph-debug";
 /// kubectl 1.20, the client that speaks this apiserver's `ephemeralcontainers` subresource.
 fn kubectl_1_20(args: &[&str]) -> Command {
     let env = cluster_env();
-    let bin = std::env::var("KRS_UPSTREAM_BIN")
-        .unwrap_or_else(|_| "/var/cache/kubelet-rs/upstream/bin".into());
-    let mut cmd = Command::new(format!("{bin}/kubectl"));
+    let mut cmd = Command::new(common::upstream::bin("kubectl"));
     cmd.arg(format!("--kubeconfig={}", env["KUBECONFIG"]))
         .arg("--request-timeout=30s")
         .arg("--namespace=default")
@@ -124,6 +122,8 @@ fn wait_line(lines: &Arc<Mutex<Vec<String>>>, timeout: Duration, f: impl Fn(&str
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_debug_runs_once_in_the_pod_and_target_namespace() {
+    // Before anything starts: a missing kubectl 1.20 fails here, saying how to build it.
+    common::upstream::bin("kubectl");
     let client = admin_client().await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let gone = DeleteParams::default().grace_period(0);
@@ -337,11 +337,10 @@ async fn kubectl_debug_runs_once_in_the_pod_and_target_namespace() {
     // kubectl debug -it, the way a person runs it: script(1) gives kubectl a terminal, so the
     // container gets a TTY and the shell prompt and echo come through the attach.
     let env = cluster_env();
-    let bin = std::env::var("KRS_UPSTREAM_BIN")
-        .unwrap_or_else(|_| "/var/cache/kubelet-rs/upstream/bin".into());
     let line = format!(
-        "{bin}/kubectl --kubeconfig={} --namespace=default debug {POD} -it -c tty \
+        "{} --kubeconfig={} --namespace=default debug {POD} -it -c tty \
          --image={BUSYBOX} --image-pull-policy=IfNotPresent --target=app -- sh",
+        common::upstream::bin("kubectl").display(),
         env["KUBECONFIG"]
     );
     let mut tty = Command::new("script")

@@ -30,13 +30,14 @@ source "$TESTBED/lib.sh"
 source "$TESTBED/image_lib.sh"
 
 KUBE_VERSION="v1.20.2"
-UPSTREAM_BIN="${KRS_UPSTREAM_CACHE:-/var/cache/kubelet-rs/upstream}/bin"
+# shellcheck source=hack/upstream/lib.sh
+source "$HERE/../../hack/upstream/lib.sh"
 XTABLES_MULTI=/usr/sbin/xtables-nft-multi
 XTABLES_LIBDIR="/usr/lib/$(gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu)/xtables"
 
 stage_component() {
 	stage_busybox "$1"
-	install -D -m 0755 "$UPSTREAM_BIN/$2" "$1/usr/local/bin/$2"
+	install -D -m 0755 "$(krs_upstream_bin "$2")" "$1/usr/local/bin/$2"
 }
 
 # kube-proxy (iptables mode) runs iptables, iptables-save and iptables-restore (and the ip6tables
@@ -98,7 +99,7 @@ main() {
 		sed -n '2p' "${BASH_SOURCE[0]}" | sed 's/^# //' >&2
 		exit 2
 	}
-	local list="$1" c pause_bin inputs=()
+	local list="$1" c bin pause_bin inputs=()
 	krs_require_root
 	[[ -x /bin/busybox ]] || krs_die "/bin/busybox missing: run hack/testbed/install.sh"
 	[[ -x "$XTABLES_MULTI" ]] || krs_die "$XTABLES_MULTI missing (Debian's iptables)"
@@ -107,11 +108,12 @@ main() {
 	RECIPE="$(krs_image_recipe "${BASH_SOURCE[0]}")"
 	: >"$list.tmp"
 	for c in kube-apiserver kube-controller-manager kube-scheduler; do
-		[[ -x "$UPSTREAM_BIN/$c" ]] || krs_die "$UPSTREAM_BIN/$c missing: hack/upstream/build.sh cmd/$c"
+		bin="$(krs_upstream_bin "$c")"
 		make_image "$list.tmp" "$c" stage_component "$c" -- "k8s.gcr.io/$c:$KUBE_VERSION" -- \
-			/bin/busybox "$UPSTREAM_BIN/$c"
+			/bin/busybox "$bin"
 	done
-	mapfile -t inputs < <(closure /bin/busybox "$UPSTREAM_BIN/kube-proxy" "$XTABLES_MULTI" \
+	bin="$(krs_upstream_bin kube-proxy)"
+	mapfile -t inputs < <(closure /bin/busybox "$bin" "$XTABLES_MULTI" \
 		"$(command -v conntrack)" "$XTABLES_LIBDIR"/*.so)
 	make_image "$list.tmp" kube-proxy stage_kube_proxy "" -- "k8s.gcr.io/kube-proxy:$KUBE_VERSION" -- \
 		"${inputs[@]}"

@@ -10,7 +10,9 @@
 
 KA_HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 KA_REPO="$(cd "$KA_HERE/../.." && pwd)"
-KA_UPSTREAM_BIN="${KRS_UPSTREAM_CACHE:-/var/cache/kubelet-rs/upstream}/bin"
+# shellcheck source=hack/upstream/lib.sh
+source "$KA_REPO/hack/upstream/lib.sh"
+KA_UPSTREAM_BIN="$KRS_UPSTREAM_BIN_DIR"
 KA_KUBE_VERSION="v1.20.2"
 
 KA_NETNS="krs-kubeadm"

@@ -64,8 +64,6 @@ IGNORE_PREFLIGHT=(KubeletVersion ImagePull)
 SKIP_PHASES=(addon/coredns)
 
 PACKAGES=(conntrack socat ethtool)
-UPSTREAM_TARGETS=(cmd/kubeadm cmd/kube-apiserver cmd/kube-controller-manager cmd/kube-scheduler
-	cmd/kube-proxy cmd/kubectl)
 KIND="ours"
 ARTIFACTS_ROOT="/var/tmp/kubelet-rs-kubeadm"
 DOWN_ONLY=0
@@ -107,15 +105,10 @@ parse_args() {
 # --- building ----------------------------------------------------------------------------------
 
 prepare() {
-	local targets=("${UPSTREAM_TARGETS[@]}") t missing=() p
-	[[ "$KIND" == ours ]] || targets+=(cmd/kubelet)
-	for t in "${targets[@]}"; do
-		[[ -x "$KA_UPSTREAM_BIN/$(basename "$t")" ]] || missing+=("$t")
-	done
-	if ((${#missing[@]})); then
-		ka_log "building ${missing[*]} (hack/upstream/build.sh; 10-15 min when cold)"
-		"$KA_REPO/hack/upstream/build.sh" "${missing[@]}" >&2
-	fi
+	local uses=(kubeadm) missing=() p
+	[[ "$KIND" == ours ]] || uses+=(upstream)
+	# kubeadm, kubectl and the control plane (hack/upstream/targets: kubeadm), the upstream kubelet.
+	krs_upstream_ensure "${uses[@]}"
 	"$KA_REPO/hack/testbed/install.sh" >&2
 	missing=()
 	for p in "${PACKAGES[@]}"; do
@@ -172,7 +165,7 @@ crictl_stubs() {
 	local proto="$KA_REPO/proto/runtime/v1/api.proto" key
 	PY="$("$KA_REPO/hack/testbed/grpcio-venv.sh")"
 	key="$(cat "$proto" | sha256sum | cut -c1-16)"
-	STUBS="/var/cache/kubelet-rs/kubeadm/crictl-stubs-$key"
+	STUBS="${KRS_CACHE_DIR:-/var/cache/kubelet-rs}/kubeadm/crictl-stubs-$key"
 	[[ -s "$STUBS/api_pb2_grpc.py" ]] && return 0
 	mkdir -p "$STUBS.tmp"
 	"$PY" -m grpc_tools.protoc -I "$(dirname "$proto")" --python_out="$STUBS.tmp" \

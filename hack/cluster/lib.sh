@@ -10,8 +10,9 @@
 # and its purge deletes that folder, so do not name a containerd instance "cluster".
 
 KRS_CL_REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-KRS_CL_UPSTREAM_CACHE="${KRS_UPSTREAM_CACHE:-/var/cache/kubelet-rs/upstream}"
-KRS_CL_BIN_DIR="$KRS_CL_UPSTREAM_CACHE/bin"
+# shellcheck source=hack/upstream/lib.sh
+source "$KRS_CL_REPO_ROOT/hack/upstream/lib.sh"
+KRS_CL_BIN_DIR="$KRS_UPSTREAM_BIN_DIR"
 KRS_CL_DEFAULT_NAME="krs"
 # Upstream's default service CIDR and its first address (the `kubernetes` Service). The same
 # CIDR as hack/testbed/lib.sh, which blackholes it too.

@@ -329,7 +329,7 @@ bench_api() {
 
 run_node_kubelet() {
 	if [[ $KUBELET_KIND == upstream ]]; then
-		[[ -x "$KUBELET_BIN" ]] || "$KRS_CL_REPO_ROOT/hack/upstream/build.sh" cmd/kubelet >&2
+		krs_upstream_ensure upstream
 	else
 		[[ -x "$KUBELET_BIN" ]] || cl_die "no kubelet at $KUBELET_BIN (cargo build --release, or set KRS_OUR_KUBELET)"
 	fi

@@ -70,15 +70,9 @@ ensure_etcd() {
 	command -v etcd >/dev/null || cl_die "etcd-server installed but no etcd binary on PATH"
 }
 
+# kube-apiserver, kube-controller-manager and kube-scheduler (hack/upstream/targets: cluster).
 ensure_binaries() {
-	local missing=() c
-	for c in kube-apiserver kube-controller-manager kube-scheduler; do
-		[[ -x "$KRS_CL_BIN_DIR/$c" ]] || missing+=("cmd/$c")
-	done
-	((${#missing[@]} == 0)) && return 0
-	cl_log "building ${missing[*]} with hack/upstream/build.sh (10-15 min when cold)"
-	"$KRS_CL_REPO_ROOT/hack/upstream/build.sh" "${missing[@]}" >&2 ||
-		cl_die "hack/upstream/build.sh failed"
+	krs_upstream_ensure cluster
 }
 
 # The testbed's network rule: Service IPs nobody rewrote go nowhere rather than out the default
@@ -216,7 +210,7 @@ args_etcd() {
 }
 
 args_kube_apiserver() {
-	BIN="$KRS_CL_BIN_DIR/kube-apiserver"
+	BIN="$(krs_upstream_bin kube-apiserver)"
 	# shellcheck disable=SC2054 # commas inside flag values
 	ARGS=(
 		--bind-address=127.0.0.1
@@ -277,7 +271,7 @@ component_args() {
 }
 
 args_kube_controller_manager() {
-	BIN="$KRS_CL_BIN_DIR/kube-controller-manager"
+	BIN="$(krs_upstream_bin kube-controller-manager)"
 	component_args "$CL_CM_CONF" "$CL_CM_PORT" "$CL_STATE/controller-manager-serving"
 	ARGS+=(
 		--client-ca-file="$CL_PKI/ca.crt"
@@ -294,7 +288,7 @@ args_kube_controller_manager() {
 }
 
 args_kube_scheduler() {
-	BIN="$KRS_CL_BIN_DIR/kube-scheduler"
+	BIN="$(krs_upstream_bin kube-scheduler)"
 	component_args "$CL_SCHED_CONF" "$CL_SCHEDULER_PORT" "$CL_STATE/scheduler-serving"
 }
 

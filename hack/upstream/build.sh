@@ -4,14 +4,8 @@
 # `kubernetes`. They are the reference we compare our kubelet against.
 #
 # Usage: hack/upstream/build.sh [--force] [TARGET...]      (default: cmd/kubelet)
-#   e.g. hack/upstream/build.sh cmd/kubelet cmd/kube-apiserver \
-#          cmd/kube-controller-manager cmd/kube-scheduler
-#   the conformance harness: hack/upstream/build.sh test/e2e/e2e.test \
-#          vendor/github.com/onsi/ginkgo/ginkgo test/images/agnhost cmd/kube-proxy cmd/kubelet \
-#          cmd/kubectl   (the kubectl specs run `kubectl`: one of the suite's version, not 1.32)
-#   the kubeadm harness (e2e/kubeadm/run.sh): hack/upstream/build.sh cmd/kubeadm \
-#          cmd/kube-apiserver cmd/kube-controller-manager cmd/kube-scheduler cmd/kube-proxy \
-#          cmd/kubectl   (kubeadm is static like upstream's release binary, see is_static)
+#   e.g. hack/upstream/build.sh cmd/kubectl
+#   everything the project runs: hack/upstream/build.sh $(awk '!/^ *(#|$)/ {print $1}' hack/upstream/targets)
 #
 # A TARGET is a package path in the tree; its binary is named after its last element. As in
 # upstream's hack/lib/golang.sh, a target ending in ".test" (test/e2e/e2e.test,
@@ -21,8 +15,13 @@
 # test images, which have no dynamic loader: everything under test/images/ and
 # vendor/k8s.io/sample-apiserver (e2e/images.sh).
 #
+# hack/upstream/targets lists every target the project runs and who runs it; scripts build
+# through krs_upstream_ensure (hack/upstream/lib.sh) rather than call this with targets of
+# their own. Under hack/test.sh (KRS_UPSTREAM_PREBUILT set, see lib.sh) a target it did not
+# build up front is refused.
+#
 # Everything lives outside the checkout, under KRS_UPSTREAM_CACHE
-# (default /var/cache/kubelet-rs/upstream):
+# (default $KRS_CACHE_DIR/upstream, that is /var/cache/kubelet-rs/upstream):
 #   src/     the unpacked source package (fetched once)
 #   gopath/  GOPATH with src/k8s.io/kubernetes -> the tree
 #   gocache/ GOCACHE, so rebuilds of other targets reuse compiled packages
@@ -38,7 +37,9 @@
 # Needs root (apt). Runs the compiler at nice 19: the machine is shared.
 set -euo pipefail
 
-CACHE=${KRS_UPSTREAM_CACHE:-/var/cache/kubelet-rs/upstream}
+# shellcheck source=hack/upstream/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+CACHE=$KRS_UPSTREAM_CACHE
 SRC_DIR=$CACHE/src
 GOPATH_DIR=$CACHE/gopath
 BIN_DIR=$CACHE/bin
@@ -58,6 +59,9 @@ if [[ ${1:-} == --force ]]; then
 fi
 targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=(cmd/kubelet)
+for t in "${targets[@]}"; do
+  krs_upstream_check_prebuilt "$(basename "${t%/}")"
+done
 
 mkdir -p "$CACHE" "$BIN_DIR"
 # Two runs at once would fight over the tree and the caches.

@@ -16,7 +16,7 @@
 #
 # Env: NODE_CACHE (default /var/cache/kubelet-rs/node-image), KRS_KUBELET (default: this
 # checkout's, `cargo build --release`, into $CARGO_TARGET_DIR or ./target), NODE_IMAGE_NAME (default
-# docker.io/kubelet-rs/node:v1.20.2), KRS_UPSTREAM_CACHE (default /var/cache/kubelet-rs/upstream).
+# docker.io/kubelet-rs/node:v1.20.2), KRS_UPSTREAM_CACHE (default $KRS_CACHE_DIR/upstream).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -27,7 +27,8 @@ source "$TESTBED/lib.sh"
 
 NODE_CACHE="${NODE_CACHE:-$KRS_CACHE_DIR/node-image}"
 KUBE_VERSION="v1.20.2"
-UPSTREAM_BIN="${KRS_UPSTREAM_CACHE:-$KRS_CACHE_DIR/upstream}/bin"
+# shellcheck source=hack/upstream/lib.sh
+source "$REPO/hack/upstream/lib.sh"
 IMAGE_NAME="${NODE_IMAGE_NAME:-docker.io/kubelet-rs/node:$KUBE_VERSION}"
 OUT="$NODE_CACHE/kubelet-rs-node.tar"
 SUITE=bookworm
@@ -73,17 +74,11 @@ base_root() {
 	printf '%s\n' "$tar"
 }
 
-# upstream_bins: kubeadm and kubectl v1.20.2 (and the control-plane binaries images.sh packs),
-# built from Debian's kubernetes source package when missing (10-15 min when cold).
+# upstream_bins: kubeadm and kubectl v1.20.2 (and the control-plane binaries images.sh packs;
+# hack/upstream/targets: node-image), built from Debian's kubernetes source package when missing
+# (10-15 min when cold).
 upstream_bins() {
-	local missing=() t
-	for t in kubeadm kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy; do
-		[[ -x "$UPSTREAM_BIN/$t" ]] || missing+=("cmd/$t")
-	done
-	if ((${#missing[@]})); then
-		log "building ${missing[*]} (hack/upstream/build.sh)"
-		"$REPO/hack/upstream/build.sh" "${missing[@]}" >&2
-	fi
+	krs_upstream_ensure node-image
 }
 
 our_kubelet() {
@@ -223,8 +218,8 @@ main() {
 	printf '%s\n' "$KUBE_VERSION" >"$stage/kind/version"
 	log "binaries: kubelet-rs ($("$kubelet" --version)), kubeadm and kubectl $KUBE_VERSION"
 	strip --strip-unneeded -o "$stage/usr/bin/kubelet" "$kubelet"
-	install -m 0755 "$UPSTREAM_BIN/kubeadm" "$stage/usr/bin/kubeadm"
-	install -m 0755 "$UPSTREAM_BIN/kubectl" "$stage/usr/bin/kubectl"
+	install -m 0755 "$KRS_UPSTREAM_BIN_DIR/kubeadm" "$stage/usr/bin/kubeadm"
+	install -m 0755 "$KRS_UPSTREAM_BIN_DIR/kubectl" "$stage/usr/bin/kubectl"
 	chmod 0755 "$stage/usr/bin/kubelet"
 	# One identity per node: systemd (the entrypoint) makes it at boot.
 	: >"$stage/etc/machine-id"

@@ -30,7 +30,7 @@
 # Prints what it verified with timings and exits non-zero at the first failure.
 #
 # Environment:
-#   KRS_DEB_CACHE   cache folder (default /var/cache/kubelet-rs/deb): base root tarball, scratch
+#   KRS_DEB_CACHE   cache folder (default $KRS_CACHE_DIR/deb, /var/cache/kubelet-rs/deb): base root tarball, scratch
 #   KRS_DEB_MIRROR  Debian mirror (default http://deb.debian.org/debian; security updates from
 #                   http://deb.debian.org/debian-security)
 # Installs lintian, mmdebstrap and systemd-container (systemd-nspawn) from Debian when missing.
@@ -38,7 +38,7 @@
 set -euo pipefail
 
 DEB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-CACHE="${KRS_DEB_CACHE:-/var/cache/kubelet-rs/deb}"
+CACHE="${KRS_DEB_CACHE:-${KRS_CACHE_DIR:-/var/cache/kubelet-rs}/deb}"
 MIRROR="${KRS_DEB_MIRROR:-http://deb.debian.org/debian}"
 SECURITY_MIRROR="${KRS_DEB_SECURITY_MIRROR:-http://deb.debian.org/debian-security}"
 SUITE=bookworm

@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod systemd_node;
+pub mod upstream;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
