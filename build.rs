@@ -1,11 +1,18 @@
-//! Generates the gRPC bindings: the CRI (runtime.v1) and the kubelet's pod-resources (v1).
+//! Generates the gRPC bindings: the CRI (runtime.v1) and the kubelet's pod-resources (v1), and
+//! stamps the binary with the commit it is built from, as upstream's `--version=raw` shows
+//! (GitCommit, GitTreeState).
 //!
 //! The .proto is parsed by `protox` (pure Rust) so building never needs a
 //! system `protoc`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// What the binary is compiled from: a tree that differs from the commit in these is "dirty".
+const SOURCES: &[&str] = &["src", "proto", "build.rs", "Cargo.toml", "Cargo.lock"];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    stamp_git_commit();
     let proto_root = Path::new("proto");
     let api = proto_root.join("runtime/v1/api.proto");
     println!("cargo:rerun-if-changed=proto");
@@ -31,4 +38,50 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(true)
         .compile_fds(fds)?;
     Ok(())
+}
+
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git").args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// KRS_GIT_COMMIT (empty outside a git checkout, as in a source tarball) and KRS_GIT_TREE_STATE
+/// ("clean", "dirty" or empty), read at run time by `--version=raw` and so by whoever records
+/// which build a run used (e2e/run.sh).
+fn stamp_git_commit() {
+    let commit = git(&["rev-parse", "HEAD"]).unwrap_or_default();
+    let mut state = String::new();
+    if !commit.is_empty() {
+        // --no-optional-locks: a plain status may rewrite .git/index, which must not look
+        // like a change to cargo.
+        let mut args = vec![
+            "--no-optional-locks",
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+            "--",
+        ];
+        args.extend(SOURCES);
+        state = match git(&args) {
+            Some(changes) if changes.is_empty() => "clean".into(),
+            Some(_) => "dirty".into(),
+            None => String::new(),
+        };
+        // A commit or a checkout changes HEAD or the branch; an edit changes the sources
+        // themselves. Only files that exist: cargo reruns the script for a missing one every time.
+        if let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]).map(PathBuf::from) {
+            let branch = git(&["symbolic-ref", "-q", "HEAD"]);
+            let files = ["HEAD", "packed-refs"].into_iter().chain(branch.as_deref());
+            for path in files.map(|f| dir.join(f)).filter(|p| p.is_file()) {
+                println!("cargo:rerun-if-changed={}", path.display());
+            }
+        }
+        for source in SOURCES {
+            println!("cargo:rerun-if-changed={source}");
+        }
+    }
+    println!("cargo:rustc-env=KRS_GIT_COMMIT={commit}");
+    println!("cargo:rustc-env=KRS_GIT_TREE_STATE={state}");
 }

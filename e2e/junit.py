@@ -8,8 +8,9 @@
       without the captured output), DIR/summary.json and DIR/summary.md: passed / failed /
       skipped per SIG area, why specs were skipped, and the failed specs with the first line of
       their failure.
-  junit.py failed SUMMARY_JSON
-      Prints the failed specs of a summary; exits 1 if there are any.
+  junit.py failed [--expect FILE] SUMMARY_JSON
+      Prints the failed specs of a summary; exits 1 if there are any, if no spec ran at all (a
+      focus that matches nothing), or if a spec FILE names (one per line) did not run.
   junit.py compare --results DIR --suite S
       Merges DIR/S/ours/junit.xml and DIR/S/upstream/junit.xml (either may be missing) into
       DIR/S/specs.tsv and DIR/S/specs.md: per spec, the result for each kubelet and, for each
@@ -174,6 +175,7 @@ def summarize(args):
         "suite": args.suite,
         "kubelet": args.kubelet,
         "run": run_info,
+        "ran": sorted(n for n, s in selected.items() if s["status"] != "skipped"),
         "totals": totals,
         "areas": areas,
         "skipped_by": skipped_by,
@@ -221,7 +223,21 @@ def failed(args):
         "%s on the %s kubelet: %d passed, %d failed, %d skipped"
         % (summary["suite"], summary["kubelet"], t["passed"], t["failed"], t["skipped"])
     )
-    return 1 if t["failed"] else 0
+    rc = 1 if t["failed"] else 0
+    if t["passed"] + t["failed"] == 0:
+        print("no spec ran: the suite's focus matches nothing")
+        rc = 1
+    if args.expect:
+        with open(args.expect) as f:
+            expected = [line.strip() for line in f if line.strip()]
+        ran = set(summary.get("ran", []))
+        missing = [name for name in expected if name not in ran]
+        print("%d of the %d specs of %s ran" % (len(expected) - len(missing), len(expected), args.expect))
+        for name in missing:
+            print("  did not run: %s" % name)
+        if missing:
+            rc = 1
+    return rc
 
 
 def read_causes(path):
@@ -349,6 +365,16 @@ def field(run, key):
     return ""
 
 
+def kubelet_commit(info):
+    """The commit the run's kubelet was built from; runs before it was recorded give the
+    checkout's."""
+    recorded = field(info, "kubelet commit")
+    if not recorded:
+        return field(info, "commit")
+    commit, _, state = recorded.partition(" ")
+    return (commit[:7] + (" " + state if state else "")).strip()
+
+
 def readme(args):
     runs = []
     for suite in sorted(os.listdir(args.results)):
@@ -362,7 +388,7 @@ def readme(args):
         "",
         "## Latest runs",
         "",
-        "| suite | kubelet | passed | failed | skipped | nodes | ginkgo nodes | duration | date | commit |",
+        "| suite | kubelet | passed | failed | skipped | nodes | ginkgo nodes | duration | date | kubelet built from |",
         "|---|---|---:|---:|---:|---:|---:|---|---|---|",
     ]
     for run in runs:
@@ -382,7 +408,7 @@ def readme(args):
                 field(info, "parallel"),
                 field(info, "duration").replace(" (ginkgo)", ""),
                 field(info, "date"),
-                field(info, "commit"),
+                kubelet_commit(info),
             )
         )
     by_suite = {}
@@ -458,6 +484,7 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("junit", nargs="+")
     p = sub.add_parser("failed")
+    p.add_argument("--expect", default="")
     p.add_argument("summary")
     p = sub.add_parser("compare")
     p.add_argument("--results", required=True)

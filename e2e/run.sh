@@ -86,6 +86,9 @@ RESULTS=1
 HOLD=0
 DOWN_ONLY=0
 GINKGO_PID=""
+KUBELET_SHA256=""
+KUBELET_COMMIT=""
+HARNESS_COMMIT=""
 BED_UP=0
 
 usage() { sed -n '2,/^set -euo/p' "$SELF" | sed '$d; s/^# \{0,1\}//'; }
@@ -190,7 +193,8 @@ suite_regexes() {
 		TAG_SKIP="$TAGS_CONFORMANCE"
 		;;
 	quick)
-		FOCUS="$(quick_names | names_regex)" || e2e_die "e2e/quick.txt lists no spec"
+		quick_names >"$ARTIFACTS/expected-names.txt"
+		FOCUS="$(names_regex <"$ARTIFACTS/expected-names.txt")" || e2e_die "e2e/quick.txt lists no spec"
 		TAG_SKIP="$TAGS_NODE_CONFORMANCE"
 		;;
 	focus:*)
@@ -206,16 +210,10 @@ suite_regexes() {
 # --- building ------------------------------------------------------------------------------
 
 build_all() {
-	local targets=(test/e2e/e2e.test vendor/github.com/onsi/ginkgo/ginkgo cmd/kubectl cmd/kube-proxy)
-	[[ "$KIND" != upstream ]] || targets+=(cmd/kubelet)
-	local t missing=()
-	for t in "${targets[@]}"; do
-		[[ -x "$BIN/$(basename "$t")" ]] || missing+=("$t")
-	done
-	if ((${#missing[@]})); then
-		e2e_log "building ${missing[*]} (hack/upstream/build.sh; 10-15 min when cold)"
-		"$KRS_E2E_REPO/hack/upstream/build.sh" "${missing[@]}" >&2
-	fi
+	# e2e.test, ginkgo, kubectl, kube-proxy (hack/upstream/targets: e2e), and the upstream kubelet.
+	local uses=(e2e)
+	[[ "$KIND" != upstream ]] || uses+=(upstream)
+	krs_upstream_ensure "${uses[@]}"
 	"$KRS_E2E_REPO/hack/testbed/install.sh" >&2
 	if [[ "$KIND" == upstream ]]; then
 		KUBELET_BIN="$BIN/kubelet"
@@ -228,6 +226,21 @@ build_all() {
 		(cd "$KRS_E2E_REPO" && nice -n 10 cargo build --release --bin kubelet) >&2
 		KUBELET_BIN="$CARGO_TARGET_DIR/release/kubelet"
 	fi
+	identify_kubelet
+}
+
+# Which build the run uses, read before the suite starts (a rebuild during the run must not change
+# the record): the binary's sha256 and the commit it says it was built from (`--version=raw`:
+# build.rs stamps ours, upstream's carries the tree's), with its tree state (ours: "dirty" when
+# its sources differed from that commit).
+identify_kubelet() {
+	local raw commit state
+	KUBELET_SHA256="$(sha256sum "$KUBELET_BIN" | cut -d' ' -f1)"
+	raw="$("$KUBELET_BIN" --version=raw 2>/dev/null | head -n1)" || true
+	commit="$(sed -n 's/.*GitCommit:"\([0-9a-f]*\)".*/\1/p' <<<"$raw")"
+	state="$(sed -n 's/.*GitTreeState:"\([a-z]*\)".*/\1/p' <<<"$raw")"
+	KUBELET_COMMIT="${commit:-unknown}${state:+ ($state)}"
+	e2e_log "kubelet $KUBELET_BIN: sha256 $KUBELET_SHA256, built from ${KUBELET_COMMIT}"
 }
 
 # --- the host's side of the network ------------------------------------------------------------
@@ -584,7 +597,7 @@ on_exit() {
 
 # --- the suite -------------------------------------------------------------------------------
 
-upstream_tree() { find "${KRS_UPSTREAM_CACHE:-/var/cache/kubelet-rs/upstream}/src" -mindepth 1 -maxdepth 1 -type d | head -n1; }
+upstream_tree() { find "$KRS_UPSTREAM_CACHE/src" -mindepth 1 -maxdepth 1 -type d | head -n1; }
 
 # run_ginkgo LABEL NODES FOCUS SKIP: one ginkgo pass; junit in $ARTIFACTS/junit-LABEL/.
 run_ginkgo() {
@@ -654,10 +667,12 @@ run_info() {
 	cat <<EOF
 suite: $SUITE
 kubelet: $KIND ($kubelet_version, $KUBELET_BIN)
+kubelet sha256: $KUBELET_SHA256
+kubelet commit: $KUBELET_COMMIT
+harness commit: $HARNESS_COMMIT
 nodes: $NODES
 parallel: $PARALLEL
 date: $(date -u '+%Y-%m-%d %H:%M UTC')
-commit: $(git -C "$KRS_E2E_REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$KRS_E2E_REPO" diff --quiet HEAD 2>/dev/null || echo ' (dirty)')
 duration: $((DURATION_S / 60)) min $((DURATION_S % 60)) s (ginkgo)
 focus: $FOCUS
 skip: $TAG_SKIP and the $(wc -l <"$ARTIFACTS/skip-names.txt") specs of e2e/skips.md
@@ -681,15 +696,24 @@ summarize() {
 		--run-info "$ARTIFACTS/run.txt" --out "$out" "${junits[@]}"
 	cat "$out/summary.md"
 	if ((RESULTS)) && [[ "$SUITE" == node-conformance || "$SUITE" == conformance ]]; then
-		local dest="$HERE/results/$SUITE/$KIND"
+		local dest="$HERE/results/$SUITE/$KIND" j
 		rm -rf "$dest"
-		mkdir -p "$dest"
+		mkdir -p "$dest/ginkgo"
 		cp "$out/junit.xml" "$out/summary.md" "$out/summary.json" "$dest/"
 		cp "$ARTIFACTS/run.txt" "$dest/run.txt"
+		# ginkgo's own junit files, as it wrote them (every spec of the suite, the captured
+		# output of failures), compressed: the summary's evidence.
+		for j in "${junits[@]}"; do
+			gzip -9n <"$j" >"$dest/ginkgo/$(basename "$(dirname "$j")")-$(basename "$j").gz"
+		done
 		"$HERE/compare.sh" "$SUITE"
 		e2e_log "results in $dest; comparison in $HERE/results/$SUITE/specs.md"
 	fi
-	python3 "$HERE/junit.py" failed "$out/summary.json"
+	local expect=()
+	# Every spec quick.txt names must have run: a renamed spec or a name that matches nothing
+	# would otherwise pass in silence.
+	[[ "$SUITE" != quick ]] || expect=(--expect "$ARTIFACTS/expected-names.txt")
+	python3 "$HERE/junit.py" failed "${expect[@]}" "$out/summary.json"
 }
 
 hold() {
@@ -721,6 +745,8 @@ main() {
 	fi
 	rm -rf "$ARTIFACTS"
 	mkdir -p "$ARTIFACTS"
+	HARNESS_COMMIT="$(git -C "$KRS_E2E_REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+	git -C "$KRS_E2E_REPO" diff --quiet HEAD -- e2e 2>/dev/null || HARNESS_COMMIT+=" (e2e/ dirty)"
 	suite_regexes
 	build_all
 	bed_up

@@ -99,6 +99,44 @@ fn version_and_help_exit_zero() {
     }
 }
 
+/// `--version=raw` names the commit the binary was built from (e2e/run.sh records it with each
+/// run), and says "dirty" when its sources differed from that commit.
+#[test]
+fn raw_version_names_the_commit_built_from() {
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let (code, out) = kubelet(&["--version=raw"]);
+    assert_eq!(code, 0, "{out}");
+    let Some(head) = git(&["rev-parse", "HEAD"]) else {
+        // Built from a source tarball: nothing to name.
+        assert!(out.contains("GitCommit:\"\""), "{out}");
+        return;
+    };
+    assert!(out.contains(&format!("GitCommit:\"{head}\"")), "{out}");
+    let changed = git(&[
+        "--no-optional-locks",
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+        "--",
+        "src",
+        "proto",
+        "build.rs",
+        "Cargo.toml",
+        "Cargo.lock",
+    ])
+    .expect("git status");
+    let state = if changed.is_empty() { "clean" } else { "dirty" };
+    assert!(out.contains(&format!("GitTreeState:\"{state}\"")), "{out}");
+}
+
 #[test]
 fn unreachable_runtime_exits_non_zero_naming_it() {
     let dir = tempfile::tempdir().unwrap();

@@ -276,8 +276,12 @@ fn raw_version() -> String {
         .map(|(ma, rest)| (ma, rest.split('.').next().unwrap_or("")))
         .unwrap_or(("", ""));
     format!(
-        "version.Info{{Major:{major:?}, Minor:{minor:?}, GitVersion:{:?}, GitCommit:\"\", GitTreeState:\"\", BuildDate:\"\", GoVersion:\"\", Compiler:\"rustc\", Platform:\"{}/{}\"}}",
+        "version.Info{{Major:{major:?}, Minor:{minor:?}, GitVersion:{:?}, GitCommit:{:?}, GitTreeState:{:?}, BuildDate:\"\", GoVersion:\"\", Compiler:\"rustc\", Platform:\"{}/{}\"}}",
         version_string(),
+        // Stamped by build.rs: the commit this binary is built from, and whether its sources
+        // differed from it.
+        env!("KRS_GIT_COMMIT"),
+        env!("KRS_GIT_TREE_STATE"),
         std::env::consts::OS,
         std::env::consts::ARCH
     )
