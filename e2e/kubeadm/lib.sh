@@ -31,6 +31,11 @@ KA_CNI_BRIDGE="krskadm0"
 KA_DIR="/var/lib/kubelet-rs/kubeadm-node"
 KA_STATE="/run/kubelet-rs/kubeadm"
 KA_LOCK="/run/kubelet-rs/kubeadm.lock"
+# Folders of the machine the node covers with private ones of its own (bind mounts in its mount
+# namespace). A bind mount needs a folder to cover: run.sh makes those the machine lacks (a fresh
+# machine has no /var/lib/kubelet) for the run, empty, and removes them again.
+KA_PRIVATE_DIRS=(/var/lib/kubelet /var/lib/etcd /var/lib/cni /var/log/pods /var/log/containers
+	/usr/libexec/kubernetes)
 # The node's pods get cgroups under this cgroup (the KubeletConfiguration's cgroupRoot), never
 # under another kubelet's.
 KA_CGROUP="kubelet-rs-kubeadm"

@@ -104,10 +104,9 @@ privatize() {
 	fi
 	mount -t tmpfs -o mode=0755,nosuid,nodev krs-kubeadm-run /run
 	mkdir -p /run/lock
-	for d in /var/lib/kubelet /var/lib/etcd /var/lib/cni /var/log/pods /var/log/containers \
-		/usr/libexec/kubernetes; do
-		# Only folders that exist on the machine can be covered; the others would be created on
-		# its disk by whoever writes there first.
+	for d in "${KA_PRIVATE_DIRS[@]}"; do
+		# run.sh made the ones the machine lacked: a folder that is not there would be created
+		# on the machine's disk by whoever writes there first.
 		[[ -d "$d" ]] || fail "$d does not exist on this machine: cannot make it private"
 		mkdir -p "$KA_DIR/private$d"
 		mount --bind "$KA_DIR/private$d" "$d"

@@ -196,6 +196,7 @@ run_node() {
 	mkdir -p "$KA_STATE"
 	rm -rf --one-file-system "$KA_DIR"
 	mkdir -p "$KA_DIR"
+	make_mount_points
 	net_up
 	bash -c "source '$KA_REPO/hack/testbed/lib.sh' && krs_ensure_cgroup_root '$KA_CGROUP'"
 	ka_log "[$kind] starting the node (log $dir/node.log)"
@@ -231,6 +232,34 @@ record_timings() {
 	RESULT[$kind, total]="$(secs "$start" "$EPOCHREALTIME")"
 }
 
+# The folders of KA_PRIVATE_DIRS the machine lacks (and their missing parents), made empty for
+# the node to cover; listed in $KA_STATE/made-dirs, in the order made, for remove_mount_points.
+make_mount_points() {
+	local d part path parts
+	for d in "${KA_PRIVATE_DIRS[@]}"; do
+		path=""
+		IFS=/ read -ra parts <<<"${d#/}"
+		for part in "${parts[@]}"; do
+			path+="/$part"
+			[[ -d "$path" ]] && continue
+			mkdir "$path"
+			printf '%s\n' "$path" >>"$KA_STATE/made-dirs"
+		done
+	done
+}
+
+# Removes what make_mount_points made, deepest first; prints those that are no longer empty
+# (something of the node reached the machine's disk).
+remove_mount_points() {
+	local d
+	[[ -r "$KA_STATE/made-dirs" ]] || return 0
+	while read -r d; do
+		[[ -d "$d" ]] || continue
+		rmdir "$d" 2>/dev/null || printf '%s\n' "$d"
+	done < <(tac "$KA_STATE/made-dirs")
+	rm -f "$KA_STATE/made-dirs"
+}
+
 # Takes down whatever a node (this run's or a killed run's) left, then checks the machine.
 node_down() {
 	set +e
@@ -256,6 +285,7 @@ node_down() {
 	# show here.
 	while read -r m; do left+=("mount $m"); done < <(awk '{ print $5 }' /proc/self/mountinfo | grep -F "$KA_DIR" || true)
 	[[ ! -d "$KA_DIR" ]] || rm -rf --one-file-system "$KA_DIR" || left+=("$KA_DIR")
+	while read -r m; do left+=("$m (made empty for the node, no longer empty)"); done < <(remove_mount_points)
 	rmdir "$KA_STATE" 2>/dev/null
 	verify_clean "${left[@]}"
 	local rc=$?

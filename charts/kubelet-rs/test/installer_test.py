@@ -134,6 +134,33 @@ EXTRA_FLAGS = ["--v=4", "--node-labels=kubelet-rs.io/test=yes"]
 TRACING = "127.0.0.1:4317"
 
 
+# Folders made on the machine for a bind mount to cover (a fresh machine has no
+# /var/lib/kubelet), removed again at the end, deepest first.
+MADE_DIRS = []
+
+
+def make_mount_point(path):
+    missing = []
+    while not os.path.isdir(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    for d in reversed(missing):
+        os.mkdir(d)
+        MADE_DIRS.append(d)
+
+
+def remove_mount_points():
+    left = []
+    for d in reversed(MADE_DIRS):
+        try:
+            os.rmdir(d)
+        except OSError as e:
+            left.append(f"{d} ({e})")
+    if left:
+        raise SystemExit("[chart-test] FAIL: made empty for the nodes' bind mounts, not removable: "
+                         + ", ".join(left))
+
+
 class Node:
     def __init__(self, name):
         self.name = name
@@ -166,6 +193,7 @@ class Node:
         subprocess.run([SYSTEMD_NODE, "start", self.sd], check=True, stdout=subprocess.DEVNULL)
         for src, dst in (("opt", "/opt"), ("var/lib/kubelet", "/var/lib/kubelet"),
                          ("etc/default", "/etc/default")):
+            make_mount_point(dst)
             self.node_exec("mount", "--bind", os.path.join(self.host, src), dst)
         # The node's systemd reads units only from its own folder: the host's unit and drop-in
         # folder are linked there, so it reads the files the installer writes.
@@ -496,6 +524,7 @@ def main():
                     p.kill()
         for n in nodes.values():
             n.teardown()
+        remove_mount_points()
         if os.environ.get("KEEP_SCRATCH") != "1":
             shutil.rmtree(SCRATCH, ignore_errors=True)
 
