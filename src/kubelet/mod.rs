@@ -148,7 +148,14 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         .with_api_client(api.clone())
         .with_oom_kills(oom_kills),
     );
-    let status = status::spawn(api.as_ref(), &node_name, &mut tasks, &cancel);
+    // Pod sources → PodConfig → sync loop ◄── PLEG; the status syncer follows the static pods
+    // and the API server's mirror pods.
+    let sources = sources::spawn((&settings).into(), api.as_ref(), &mut tasks, &cancel);
+    let mirror_inputs = status::MirrorInputs {
+        static_pods: sources.static_pods,
+        mirror_pods: sources.mirror_pods,
+    };
+    let status = status::spawn(api.as_ref(), &node_name, mirror_inputs, &mut tasks, &cancel);
     let stats = Arc::new(
         stats::StatsProvider::new(
             cri.clone(),
@@ -173,9 +180,6 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
     }
     let (probes, probe_changes) = ProbeManager::new(cri.clone(), status.clone(), events.clone());
 
-    // Pod sources → PodConfig → sync loop ◄── PLEG.
-    let (pod_updates, sources_ready) =
-        sources::spawn((&settings).into(), api.as_ref(), &mut tasks, &cancel);
     let pleg = pleg::spawn(cri.clone(), &mut tasks, &cancel);
     let known_pods = Arc::new(gc::KnownPods::default());
     let gc_inputs = gc::GcInputs {
@@ -265,11 +269,11 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
     };
     sync_loop.start(
         SyncLoopInputs {
-            pod_updates,
+            pod_updates: sources.pods,
             pleg_events: pleg.events,
             probe_changes,
             runtime_pods: pleg.runtime_pods,
-            sources_ready,
+            sources_ready: sources.ready,
             evictions,
         },
         &mut tasks,

@@ -1,11 +1,13 @@
 //! The API server source: every pod bound to this node (`spec.nodeName`). kube's watcher does
 //! the list, the watch, the resume from the last resourceVersion, the relist when the watch
 //! expires and the backoff after errors; this module turns its events into the source's pod
-//! set. Mirror pods are left out: they are the API server's copies of static pods, not pods to
-//! run.
+//! set. Mirror pods are left out of it: they are the API server's copies of static pods, not
+//! pods to run; the source publishes them apart, so that the mirror pods a kubelet made before
+//! a restart are known from the API server, not from memory.
 
 use std::collections::HashMap;
 use std::pin::pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{FutureExt, Stream, StreamExt};
@@ -13,11 +15,11 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event, watcher};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::{API_SOURCE, CONFIG_MIRROR_ANNOTATION, SourceUpdate, annotation, pod_uid};
+use super::{API_SOURCE, CONFIG_MIRROR_ANNOTATION, MirrorPod, SourceUpdate, annotation, pod_uid};
 
 /// Server-side watch timeout; the client read timeout is longer.
 const WATCH_TIMEOUT_SECS: u32 = 290;
@@ -51,14 +53,31 @@ fn wanted(pod: &Pod) -> bool {
     annotation(pod, CONFIG_MIRROR_ANNOTATION).is_none() && !pod_uid(pod).is_empty()
 }
 
+/// The mirror pod `pod` is, if it is one.
+fn as_mirror(pod: &Pod) -> Option<MirrorPod> {
+    let hash = annotation(pod, CONFIG_MIRROR_ANNOTATION)?;
+    let m = &pod.metadata;
+    Some(MirrorPod {
+        namespace: m.namespace.clone().unwrap_or_default(),
+        name: m.name.clone()?,
+        uid: m.uid.clone().filter(|u| !u.is_empty())?,
+        hash: hash.to_string(),
+        deleting: m.deletion_timestamp.is_some(),
+    })
+}
+
 /// The pods bound to this node as the watcher has reported them, by UID.
 #[derive(Debug, Default)]
 struct BoundPods {
     pods: HashMap<String, Pod>,
-    /// The pods of a (re)list in progress. They replace `pods` only once the list is complete,
-    /// so that pods deleted while the watch was down disappear and a half-done list is never
-    /// sent.
-    listing: Option<HashMap<String, Pod>>,
+    /// The mirror pods among them, by UID, kept apart.
+    mirrors: HashMap<String, MirrorPod>,
+    /// Set when `mirrors` changed or a list completed, until [`Self::take_mirrors`].
+    mirrors_changed: bool,
+    /// The pods and mirror pods of a (re)list in progress. They replace `pods` and `mirrors`
+    /// only once the list is complete, so that pods deleted while the watch was down disappear
+    /// and a half-done list is never sent.
+    listing: Option<(HashMap<String, Pod>, HashMap<String, MirrorPod>)>,
 }
 
 impl BoundPods {
@@ -67,30 +86,60 @@ impl BoundPods {
     fn apply(&mut self, event: Event<Pod>) -> bool {
         match event {
             Event::Init => {
-                self.listing = Some(HashMap::new());
+                self.listing = Some(Default::default());
                 false
             }
             Event::InitApply(pod) => {
+                let (pods, mirrors) = self.listing.get_or_insert_default();
                 if wanted(&pod) {
-                    let uid = pod_uid(&pod).to_string();
-                    self.listing.get_or_insert_default().insert(uid, pod);
+                    pods.insert(pod_uid(&pod).to_string(), pod);
+                } else if let Some(mirror) = as_mirror(&pod) {
+                    mirrors.insert(mirror.uid.clone(), mirror);
                 }
                 false
             }
             Event::InitDone => {
-                if let Some(listed) = self.listing.take() {
-                    self.pods = listed;
+                if let Some((pods, mirrors)) = self.listing.take() {
+                    self.pods = pods;
+                    self.mirrors = mirrors;
                 }
+                self.mirrors_changed = true;
                 true
             }
             Event::Apply(pod) if wanted(&pod) => {
                 let uid = pod_uid(&pod).to_string();
+                self.forget_mirror(&uid);
                 let before = self.pods.insert(uid.clone(), pod);
                 before.as_ref() != self.pods.get(&uid)
             }
             // A pod that became a mirror pod (or lost its UID) is gone from this source too.
-            Event::Apply(pod) | Event::Delete(pod) => self.pods.remove(pod_uid(&pod)).is_some(),
+            Event::Apply(pod) => {
+                if let Some(mirror) = as_mirror(&pod) {
+                    let before = self.mirrors.insert(mirror.uid.clone(), mirror.clone());
+                    self.mirrors_changed |= before.as_ref() != Some(&mirror);
+                }
+                self.pods.remove(pod_uid(&pod)).is_some()
+            }
+            Event::Delete(pod) => {
+                self.forget_mirror(pod_uid(&pod));
+                self.pods.remove(pod_uid(&pod)).is_some()
+            }
         }
+    }
+
+    fn forget_mirror(&mut self, uid: &str) {
+        self.mirrors_changed |= self.mirrors.remove(uid).is_some();
+    }
+
+    /// The mirror pods, sorted by namespace and name, if they changed since the last call.
+    fn take_mirrors(&mut self) -> Option<Vec<MirrorPod>> {
+        if !std::mem::take(&mut self.mirrors_changed) {
+            return None;
+        }
+        let mut mirrors: Vec<MirrorPod> = self.mirrors.values().cloned().collect();
+        mirrors
+            .sort_by(|a, b| (&a.namespace, &a.name, &a.uid).cmp(&(&b.namespace, &b.name, &b.uid)));
+        Some(mirrors)
     }
 
     /// The complete set, in UID order so equal sets compare equal.
@@ -120,10 +169,12 @@ fn handle(bound: &mut BoundPods, item: Result<Event<Pod>, watcher::Error>) -> bo
     }
 }
 
-/// Sends the pod set after every change, until cancelled or the receiver is gone.
+/// Sends the pod set after every change, and publishes the mirror pods when they change,
+/// until cancelled or the receiver is gone.
 async fn forward(
     events: impl Stream<Item = Result<Event<Pod>, watcher::Error>>,
     tx: mpsc::Sender<SourceUpdate>,
+    mirrors_tx: watch::Sender<Option<Arc<Vec<MirrorPod>>>>,
     cancel: CancellationToken,
 ) {
     let mut events = pin!(events);
@@ -140,6 +191,9 @@ async fn forward(
         while let Some(Some(more)) = events.next().now_or_never() {
             changed |= handle(&mut bound, more);
         }
+        if let Some(mirrors) = bound.take_mirrors() {
+            mirrors_tx.send_replace(Some(Arc::new(mirrors)));
+        }
         if changed {
             tokio::select! {
                 _ = cancel.cancelled() => return,
@@ -153,6 +207,7 @@ pub async fn run_api_source(
     client: kube::Client,
     node_name: String,
     tx: mpsc::Sender<SourceUpdate>,
+    mirrors_tx: watch::Sender<Option<Arc<Vec<MirrorPod>>>>,
     cancel: CancellationToken,
 ) {
     let api: Api<Pod> = Api::all(client);
@@ -163,7 +218,7 @@ pub async fn run_api_source(
         .timeout(WATCH_TIMEOUT_SECS);
     info!(node = %node_name, "Watching pods bound to this node");
     let events = watcher(api, config).backoff(RetryDelay(RETRY_MIN));
-    forward(events, tx, cancel).await;
+    forward(events, tx, mirrors_tx, cancel).await;
 }
 
 #[cfg(test)]
@@ -285,6 +340,53 @@ mod tests {
         );
     }
 
+    #[test]
+    fn mirror_pods_are_kept_apart_and_follow_lists_and_events() {
+        let mut bound = BoundPods::default();
+        assert_eq!(bound.take_mirrors(), None, "nothing before a list");
+        listed(
+            &mut bound,
+            vec![pod("a", "img"), mirror("m1"), mirror("m2")],
+        );
+        let names = |m: Option<Vec<MirrorPod>>| -> Option<Vec<String>> {
+            m.map(|v| {
+                v.into_iter()
+                    .map(|m| format!("{}={}", m.uid, m.hash))
+                    .collect()
+            })
+        };
+        assert_eq!(
+            names(bound.take_mirrors()),
+            Some(vec!["m1=hash".into(), "m2=hash".into()])
+        );
+        assert_eq!(bound.take_mirrors(), None, "unchanged since");
+        assert_eq!(uids(&bound.update()), vec!["a"]);
+
+        // Unchanged, changed, deleted.
+        bound.apply(Event::Apply(mirror("m1")));
+        assert_eq!(bound.take_mirrors(), None);
+        let mut rehashed = mirror("m1");
+        rehashed
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(CONFIG_MIRROR_ANNOTATION.into(), "new".into());
+        bound.apply(Event::Apply(rehashed));
+        assert_eq!(
+            names(bound.take_mirrors()),
+            Some(vec!["m1=new".into(), "m2=hash".into()])
+        );
+        bound.apply(Event::Delete(mirror("m2")));
+        assert_eq!(names(bound.take_mirrors()), Some(vec!["m1=new".into()]));
+
+        // A relist drops the mirror pods deleted meanwhile, and is published even when equal.
+        listed(&mut bound, vec![pod("a", "img")]);
+        assert_eq!(names(bound.take_mirrors()), Some(vec![]));
+        listed(&mut bound, vec![pod("a", "img")]);
+        assert_eq!(names(bound.take_mirrors()), Some(vec![]));
+    }
+
     #[tokio::test]
     async fn forward_batches_ready_events_and_survives_errors() {
         let events = futures::stream::iter(vec![
@@ -295,9 +397,15 @@ mod tests {
         .chain(futures::stream::pending());
         let (tx, mut rx) = mpsc::channel(8);
         let cancel = CancellationToken::new();
-        let task = tokio::spawn(forward(events, tx, cancel.clone()));
+        let (mirrors_tx, mirrors) = watch::channel(None);
+        let task = tokio::spawn(forward(events, tx, mirrors_tx, cancel.clone()));
         let first = rx.recv().await.expect("the listed set");
         assert_eq!(uids(&first), vec!["a"]);
+        assert_eq!(
+            mirrors.borrow().as_deref(),
+            Some(&vec![]),
+            "a completed list publishes the mirror pods, none here"
+        );
         cancel.cancel();
         task.await.expect("forward stops when cancelled");
         assert!(rx.recv().await.is_none());
@@ -318,7 +426,7 @@ mod tests {
             Ok(Event::Apply(pod("c", "img"))),
         ]);
         let (tx, mut rx) = mpsc::channel(8);
-        forward(events, tx, CancellationToken::new()).await;
+        forward(events, tx, watch::channel(None).0, CancellationToken::new()).await;
         let sent: Vec<Vec<String>> = std::iter::from_fn(|| rx.try_recv().ok())
             .map(|u| u.pods.iter().map(|p| pod_uid(p).to_string()).collect())
             .collect();
@@ -332,7 +440,7 @@ mod tests {
         let events = futures::stream::pending();
         tokio::time::timeout(
             std::time::Duration::from_secs(5),
-            forward(events, tx, CancellationToken::new()),
+            forward(events, tx, watch::channel(None).0, CancellationToken::new()),
         )
         .await
         .expect("forward returns once nobody listens");

@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::{
-    CONFIG_MIRROR_ANNOTATION, CONFIG_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION, SourceUpdate,
-    annotation, pod_full_name, pod_uid,
+    API_SOURCE, CONFIG_HASH_ANNOTATION, CONFIG_MIRROR_ANNOTATION, CONFIG_SEEN_ANNOTATION,
+    CONFIG_SOURCE_ANNOTATION, SourceUpdate, StaticPods, annotation, pod_full_name, pod_uid,
 };
 
 #[derive(Clone, Debug, PartialEq)]
@@ -33,6 +33,8 @@ pub struct PodConfig {
     expected: BTreeSet<&'static str>,
     seen_sources: BTreeSet<&'static str>,
     ready: watch::Sender<bool>,
+    /// The static pods, published once every source is ready.
+    statics: watch::Sender<Option<Arc<StaticPods>>>,
 }
 
 impl PodConfig {
@@ -47,6 +49,7 @@ impl PodConfig {
             expected,
             seen_sources: BTreeSet::new(),
             ready,
+            statics: watch::channel(None).0,
         }
     }
 
@@ -60,10 +63,46 @@ impl PodConfig {
     /// completing update were delivered, so nobody sees "ready" while a pod is still in flight
     /// (the sync loop would take its running containers for orphans).
     pub fn publish_ready(&self) {
-        if self.sources_ready() && !*self.ready.borrow() {
+        if !self.sources_ready() {
+            return;
+        }
+        // Before "ready": whoever waits for it finds the static pods already there.
+        let statics = self.static_pods();
+        self.statics.send_if_modified(|old| {
+            let changed = old.as_deref() != Some(&statics);
+            if changed {
+                *old = Some(Arc::new(statics));
+            }
+            changed
+        });
+        if !*self.ready.borrow() {
             info!(sources = ?self.expected, "All pod sources are ready");
             self.ready.send_replace(true);
         }
+    }
+
+    /// The pods of every source but the API server, by namespace and name, with the hash their
+    /// mirror pods carry (as [`crate::status::mirror::mirror_pod`] writes it).
+    fn static_pods(&self) -> StaticPods {
+        self.pods
+            .iter()
+            .filter(|(source, _)| **source != API_SOURCE)
+            .flat_map(|(_, pods)| pods.values())
+            .map(|pod| {
+                let m = &pod.metadata;
+                let key = (
+                    m.namespace.clone().unwrap_or_else(|| "default".into()),
+                    m.name.clone().unwrap_or_default(),
+                );
+                let hash = annotation(pod, CONFIG_HASH_ANNOTATION).unwrap_or(pod_uid(pod));
+                (key, hash.to_string())
+            })
+            .collect()
+    }
+
+    /// Follows the static pods: None until every source is ready.
+    pub fn static_pods_watch(&self) -> watch::Receiver<Option<Arc<StaticPods>>> {
+        self.statics.subscribe()
     }
 
     /// Follows [`PodConfig::sources_ready`].
@@ -457,6 +496,38 @@ mod tests {
         c.publish_ready();
         assert!(*rx.borrow_and_update());
         assert!(PodConfig::new(&[]).sources_ready());
+    }
+
+    #[test]
+    fn static_pods_are_published_once_ready_without_the_api_pods() {
+        let mut c = PodConfig::new(&["file", "api"]);
+        let mut statics = c.static_pods_watch();
+        let mut hashed = pod("s1", "img");
+        hashed.metadata.annotations = Some(BTreeMap::from([(
+            CONFIG_HASH_ANNOTATION.to_string(),
+            "h1".to_string(),
+        )]));
+        c.apply(set("file", vec![hashed, pod("s2", "img")]));
+        c.publish_ready();
+        assert!(
+            statics.borrow_and_update().is_none(),
+            "nothing before every source has spoken: a static pod may not be read yet"
+        );
+        c.apply(set("api", vec![pod("a1", "img")]));
+        c.publish_ready();
+        let want = StaticPods::from([
+            (("default".into(), "pod-s1".into()), "h1".into()),
+            (("default".into(), "pod-s2".into()), "s2".into()),
+        ]);
+        assert_eq!(statics.borrow_and_update().as_deref(), Some(&want));
+        // An API update leaves the set alone; a removed manifest leaves it.
+        c.apply(set("api", vec![]));
+        c.publish_ready();
+        assert!(!statics.has_changed().unwrap());
+        c.apply(set("file", vec![pod("s2", "img")]));
+        c.publish_ready();
+        let want = StaticPods::from([(("default".into(), "pod-s2".into()), "s2".into())]);
+        assert_eq!(statics.borrow_and_update().as_deref(), Some(&want));
     }
 
     #[tokio::test]

@@ -10,7 +10,9 @@ pub mod file;
 pub mod merge;
 pub mod validation;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -41,8 +43,34 @@ impl From<&crate::cli::Settings> for SourceSettings {
     }
 }
 
-/// Merged updates for the sync loop, and whether every source has reported once.
-pub type Updates = (mpsc::Receiver<PodUpdate>, watch::Receiver<bool>);
+/// A mirror pod bound to this node, as the API server's watch last showed it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MirrorPod {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// Its config.mirror annotation: the config hash of the static pod it was made for.
+    pub hash: String,
+    pub deleting: bool,
+}
+
+/// The static pods the sources want, by namespace and name, with their config hash (what
+/// their mirror pods' config.mirror annotation must say).
+pub type StaticPods = BTreeMap<(String, String), String>;
+
+/// What the sources tell the rest of the kubelet.
+pub struct Updates {
+    /// Merged updates for the sync loop.
+    pub pods: mpsc::Receiver<PodUpdate>,
+    /// True once every source has reported its first set.
+    pub ready: watch::Receiver<bool>,
+    /// The static pods, once every source has reported (None before).
+    pub static_pods: watch::Receiver<Option<Arc<StaticPods>>>,
+    /// The mirror pods bound to this node, once the API source has listed them (None before,
+    /// and always without an API server): what the API server holds, whatever the kubelet
+    /// remembers, so that a restarted kubelet finds the mirror pods it made before.
+    pub mirror_pods: watch::Receiver<Option<Arc<Vec<MirrorPod>>>>,
+}
 
 /// Starts the static-pod files and, with an API server, the pods bound to this node, each
 /// feeding the merge, in `tasks`.
@@ -54,6 +82,7 @@ pub fn spawn(
 ) -> Updates {
     let (source_tx, source_rx) = mpsc::channel(16);
     let (updates_tx, updates_rx) = mpsc::channel(64);
+    let (mirrors_tx, mirror_pods) = watch::channel(None);
     let mut sources: Vec<&'static str> = Vec::new();
     if let Some(path) = s.static_pod_path {
         sources.push(FILE_SOURCE);
@@ -69,6 +98,7 @@ pub fn spawn(
             client.clone(),
             s.node_name,
             source_tx.clone(),
+            mirrors_tx,
             cancel.child_token(),
         );
         tasks.critical("API pod source", watch);
@@ -76,6 +106,7 @@ pub fn spawn(
     drop(source_tx);
     let config = PodConfig::new(&sources);
     let ready = config.ready_watch();
+    let static_pods = config.static_pods_watch();
     let merge = run_pod_config(config, source_rx, updates_tx, cancel.child_token());
     // With no source at all the merge has nothing to do and ends at once.
     if sources.is_empty() {
@@ -83,7 +114,12 @@ pub fn spawn(
     } else {
         tasks.critical("pod config", merge);
     }
-    (updates_rx, ready)
+    Updates {
+        pods: updates_rx,
+        ready,
+        static_pods,
+        mirror_pods,
+    }
 }
 
 /// Hash of the pod as the kubelet first saw it; for static pods this equals the UID.

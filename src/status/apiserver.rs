@@ -2,25 +2,30 @@
 //! (with the UID as a precondition, so a recreated pod of the same name is never touched), and
 //! the final DELETE once a pod whose deletion was requested has no containers left.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use serde_json::json;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::mirror::{MirrorManager, PodName};
-use super::{StatusEvent, StatusStore};
+use super::{MirrorInputs, StatusEvent, StatusStore};
 use crate::sources::{API_SOURCE, CONFIG_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION, annotation};
 use crate::sources::{is_mirror_pod, is_static_pod};
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Upstream's status manager resyncs everything this often.
 const RESYNC: Duration = Duration::from_secs(10);
+
+/// Waits for `rx` to change (a clone, so that the syncer itself stays free to borrow).
+async fn changed<T>(mut rx: watch::Receiver<T>) -> Result<(), watch::error::RecvError> {
+    rx.changed().await
+}
 
 fn is_api_pod(pod: &Pod) -> bool {
     annotation(pod, CONFIG_SOURCE_ANNOTATION) == Some(API_SOURCE)
@@ -33,6 +38,7 @@ pub struct StatusSyncer {
     /// mirror pod's, for static pods) and the status. Bounded by the store's pods.
     sent: HashMap<String, (String, PodStatus)>,
     mirrors: MirrorManager,
+    mirror_inputs: MirrorInputs,
 }
 
 /// The static pods to mirror, one per name: when a changed manifest briefly leaves the old
@@ -64,12 +70,18 @@ fn static_pods(store: &StatusStore) -> HashMap<PodName, Arc<Pod>> {
 }
 
 impl StatusSyncer {
-    pub fn new(client: kube::Client, store: Arc<StatusStore>, node_name: String) -> Self {
+    pub fn new(
+        client: kube::Client,
+        store: Arc<StatusStore>,
+        node_name: String,
+        mirror_inputs: MirrorInputs,
+    ) -> Self {
         StatusSyncer {
             mirrors: MirrorManager::new(client.clone(), node_name),
             client,
             store,
             sent: HashMap::new(),
+            mirror_inputs,
         }
     }
 
@@ -81,6 +93,22 @@ impl StatusSyncer {
         }
         let live: Vec<PodName> = pods.into_keys().collect();
         self.mirrors.remove_absent(&live).await;
+        self.remove_stale_mirrors().await;
+    }
+
+    /// Deletes the mirror pods the API server holds for this node that stand for no static pod
+    /// (or for another version of one), whoever made them and whenever: also those made before
+    /// a restart, or by another kubelet before this one took the node over. Waits until every
+    /// source has reported and the API source has listed. The mirrors of static pods the
+    /// kubelet runs (or still stops) stay `ensure`'s.
+    async fn remove_stale_mirrors(&mut self) {
+        let statics = self.mirror_inputs.static_pods.borrow_and_update().clone();
+        let listed = self.mirror_inputs.mirror_pods.borrow_and_update().clone();
+        let (Some(statics), Some(listed)) = (statics, listed) else {
+            return;
+        };
+        let running: HashSet<PodName> = static_pods(&self.store).into_keys().collect();
+        self.mirrors.remove_stale(&listed, &statics, &running).await;
     }
 
     async fn changed(&mut self, uid: &str) {
@@ -184,8 +212,16 @@ impl StatusSyncer {
         let mut resync = tokio::time::interval(RESYNC);
         resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            let (statics, listed) = (
+                self.mirror_inputs.static_pods.clone(),
+                self.mirror_inputs.mirror_pods.clone(),
+            );
             tokio::select! {
                 _ = cancel.cancelled() => return,
+                // A static pod removed, or the API server's mirror pods seen for the first time
+                // (right after a start) or changed: stale mirrors go at once, not at the resync.
+                Ok(()) = changed(statics) => self.remove_stale_mirrors().await,
+                Ok(()) = changed(listed) => self.remove_stale_mirrors().await,
                 e = events.recv() => match e {
                     None => return,
                     Some(StatusEvent::Changed(uid)) => self.changed(&uid).await,

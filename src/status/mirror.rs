@@ -3,7 +3,7 @@
 //! config.mirror hash no longer matches the static pod (or it is being deleted), removed when
 //! the static pod is gone. Owned by the Node, so deleting the node removes them.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -11,7 +11,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use tracing::{debug, info, warn};
 
-use crate::sources::{CONFIG_HASH_ANNOTATION, CONFIG_MIRROR_ANNOTATION, annotation};
+use crate::sources::{
+    CONFIG_HASH_ANNOTATION, CONFIG_MIRROR_ANNOTATION, MirrorPod, StaticPods, annotation,
+};
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -194,6 +196,65 @@ impl MirrorManager {
     }
 }
 
+/// Why a mirror pod the API server holds must go, if it must.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stale {
+    /// No static pod of its name.
+    Orphaned,
+    /// Its static pod changed since it was made.
+    Outdated,
+}
+
+/// Whether `mirror` must go: it stands for no static pod in `statics` or for another version of
+/// it. Mirrors already being deleted, and those of static pods the kubelet runs or still stops
+/// (`running`, kept by [`MirrorManager::ensure`]), are left alone.
+pub fn stale(
+    mirror: &MirrorPod,
+    statics: &StaticPods,
+    running: &HashSet<PodName>,
+) -> Option<Stale> {
+    let key = (mirror.namespace.clone(), mirror.name.clone());
+    if mirror.deleting || running.contains(&key) {
+        return None;
+    }
+    match statics.get(&key) {
+        None => Some(Stale::Orphaned),
+        Some(hash) if *hash != mirror.hash => Some(Stale::Outdated),
+        Some(_) => None,
+    }
+}
+
+impl MirrorManager {
+    /// Deletes the mirror pods of `listed` (the API server's, for this node) that [`stale`]
+    /// finds stale, each only if it still has the UID listed.
+    pub async fn remove_stale(
+        &mut self,
+        listed: &[MirrorPod],
+        statics: &StaticPods,
+        running: &HashSet<PodName>,
+    ) {
+        for mirror in listed {
+            let Some(why) = stale(mirror, statics, running) else {
+                continue;
+            };
+            let (ns, name) = (&mirror.namespace, &mirror.name);
+            let key = (ns.clone(), name.clone());
+            if self.mirrors.get(&key) == Some(&mirror.uid) {
+                self.mirrors.remove(&key);
+            }
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+            match delete_with_uid(&api, name, Some(&mirror.uid)).await {
+                Ok(()) => {
+                    info!(pod = %format!("{ns}/{name}"), reason = ?why, "Stale mirror pod deleted")
+                }
+                Err(err) => {
+                    warn!(pod = %format!("{ns}/{name}"), %err, "Failed to delete a stale mirror pod")
+                }
+            }
+        }
+    }
+}
+
 /// Deletes a pod only if it is still the one with `uid`; gone or replaced counts as done.
 async fn delete_with_uid(api: &Api<Pod>, name: &str, uid: Option<&str>) -> Result<(), MirrorError> {
     let params = DeleteParams {
@@ -287,6 +348,38 @@ mod tests {
         let mut plain = s.clone();
         plain.metadata.annotations = None;
         assert!(!mirror_current(&s, &plain));
+    }
+
+    #[test]
+    fn stale_mirrors_are_orphans_or_outdated_unless_running_or_being_deleted() {
+        let m = |name: &str, hash: &str, deleting| MirrorPod {
+            namespace: "ns".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            hash: hash.into(),
+            deleting,
+        };
+        let statics = StaticPods::from([(("ns".into(), "a".into()), "h1".into())]);
+        let none = HashSet::new();
+        assert_eq!(stale(&m("a", "h1", false), &statics, &none), None);
+        assert_eq!(
+            stale(&m("a", "h0", false), &statics, &none),
+            Some(Stale::Outdated)
+        );
+        assert_eq!(
+            stale(&m("b", "h1", false), &statics, &none),
+            Some(Stale::Orphaned)
+        );
+        assert_eq!(stale(&m("b", "h1", true), &statics, &none), None);
+        // A static pod still stopping keeps its mirror until ensure lets it go.
+        let running = HashSet::from([("ns".to_string(), "b".to_string())]);
+        assert_eq!(stale(&m("b", "h1", false), &statics, &running), None);
+        // The same name in another namespace is another pod.
+        let other = MirrorPod {
+            namespace: "other".into(),
+            ..m("a", "h1", false)
+        };
+        assert_eq!(stale(&other, &statics, &none), Some(Stale::Orphaned));
     }
 
     #[test]

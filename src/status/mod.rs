@@ -63,11 +63,19 @@ pub struct StatusStore {
 /// Queue of status notifications to the API-server syncer.
 const NOTIFY_QUEUE: usize = 1024;
 
+/// What the sources say about static pods and the API server's mirror pods, for the syncer's
+/// mirror pods.
+pub struct MirrorInputs {
+    pub static_pods: tokio::sync::watch::Receiver<Option<Arc<crate::sources::StaticPods>>>,
+    pub mirror_pods: tokio::sync::watch::Receiver<Option<Arc<Vec<crate::sources::MirrorPod>>>>,
+}
+
 /// The kubelet's status store; with an API server, a syncer in `tasks` patches each pod's
-/// status there as it changes.
+/// status there as it changes and keeps the static pods' mirror pods.
 pub fn spawn(
     client: Option<&kube::Client>,
     node_name: &str,
+    mirror_inputs: MirrorInputs,
     tasks: &mut crate::tasks::Tasks,
     cancel: &tokio_util::sync::CancellationToken,
 ) -> Arc<StatusStore> {
@@ -76,7 +84,12 @@ pub fn spawn(
     };
     let (tx, rx) = tokio::sync::mpsc::channel(NOTIFY_QUEUE);
     let store = Arc::new(StatusStore::with_notifier(tx));
-    let syncer = apiserver::StatusSyncer::new(client.clone(), store.clone(), node_name.into());
+    let syncer = apiserver::StatusSyncer::new(
+        client.clone(),
+        store.clone(),
+        node_name.into(),
+        mirror_inputs,
+    );
     tasks.critical("status syncer", syncer.run(rx, cancel.child_token()));
     store
 }

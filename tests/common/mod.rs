@@ -254,6 +254,19 @@ impl Kubelet {
         }
     }
 
+    /// SIGKILL, a crash: none of the kubelet's own shutdown runs.
+    pub fn kill(&mut self) {
+        let pid = self.pid();
+        if let Some(mut child) = self.child.take() {
+            let pid = pid.unwrap_or(child.id());
+            let _ = Command::new("kill")
+                .args(["-s", "KILL", &pid.to_string()])
+                .status();
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
