@@ -112,6 +112,8 @@ on_exit() {
 # Every cache in a new, empty folder: what a machine that never ran this has.
 use_fresh_caches() {
 	FRESH_DIR="$(mktemp -d /var/tmp/kubelet-rs-fresh.XXXXXX)"
+	# As /var/cache is: a check that runs a tool as nobody (lintian) must reach its files.
+	chmod 755 "$FRESH_DIR"
 	export KRS_CACHE_DIR="$FRESH_DIR/cache"
 	export KRS_UPSTREAM_CACHE="$KRS_CACHE_DIR/upstream"
 	export CARGO_TARGET_DIR="$FRESH_DIR/target"

@@ -87,7 +87,9 @@ mkdir -p "$CACHE"
 SCRATCH="$(mktemp -d "$CACHE/check.XXXXXX")"
 # Every mount below lives in a mount namespace that ends with its command: nothing is mounted
 # under SCRATCH once a step is over, so it can simply be deleted.
+lint_dir=""
 cleanup() {
+	[[ -z "$lint_dir" ]] || rm -rf "$lint_dir"
 	if findmnt -rno TARGET | grep -F "$SCRATCH" >/dev/null; then
 		log "mounts left under $SCRATCH: not deleting it"
 		return
@@ -167,12 +169,17 @@ ok "$(wc -l <<<"$actual_files") entries as expected, conffile /etc/default/kubel
 
 # ---------------------------------------------------------------------------------------------
 step "lintian"
-chmod 755 "$SCRATCH"
-cp "$DEB" "$SCRATCH/lint.deb"
-chmod 644 "$SCRATCH/lint.deb"
+# nobody must reach the file: a folder of its own under /tmp, whatever the cache folder's
+# parents allow (a mktemp -d parent is 0700).
+lint_dir="$(mktemp -d /tmp/krs-deb-lint.XXXXXX)"
+chmod 755 "$lint_dir"
+cp "$DEB" "$lint_dir/lint.deb"
+chmod 644 "$lint_dir/lint.deb"
 lint_rc=0
-runuser -u nobody -- env HOME=/tmp lintian --display-info --tag-display-limit 0 "$SCRATCH/lint.deb" \
+runuser -u nobody -- env HOME=/tmp lintian --display-info --tag-display-limit 0 "$lint_dir/lint.deb" \
 	>"$SCRATCH/lintian.out" 2>&1 || lint_rc=$?
+rm -rf "$lint_dir"
+lint_dir=""
 sed 's/^/    /' "$SCRATCH/lintian.out" >&2
 errors="$(grep -c '^E: ' "$SCRATCH/lintian.out" || true)"
 warnings="$(grep -c '^W: ' "$SCRATCH/lintian.out" || true)"
