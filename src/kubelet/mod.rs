@@ -248,18 +248,21 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         Some(client) => {
             let (labels_tx, node_labels) =
                 tokio::sync::watch::channel(node::build::node_labels(&node_settings));
+            let (synced_tx, labels_synced) = tokio::sync::watch::channel(false);
             tasks.background(
                 "node label watch",
                 node::labels::run_label_watch(
                     client.clone(),
                     node_name.clone(),
                     labels_tx,
+                    synced_tx,
                     cancel.child_token(),
                 ),
             );
             sync_loop.with_admission(Admission {
                 allocatable: pod_allocatable,
                 node_labels,
+                labels_synced,
                 shutting_down: shutting_down.clone(),
                 pressure: pressure.clone(),
             })

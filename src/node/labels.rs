@@ -24,12 +24,14 @@ fn labels_of(event: &Event<Node>) -> Option<BTreeMap<String, String>> {
     }
 }
 
-/// Keeps `tx` equal to the node's labels until cancelled; the watcher resumes and relists on
-/// its own after errors (with kube's backoff).
+/// Keeps `tx` equal to the node's labels until cancelled, and sets `synced` once the first list
+/// is done (the node is read, or it does not exist yet and the flags' labels are all there
+/// is); the watcher resumes and relists on its own after errors (with kube's backoff).
 pub async fn run_label_watch(
     client: kube::Client,
     node_name: String,
     tx: watch::Sender<BTreeMap<String, String>>,
+    synced: watch::Sender<bool>,
     cancel: CancellationToken,
 ) {
     let api: Api<Node> = Api::all(client);
@@ -44,6 +46,10 @@ pub async fn run_label_watch(
             None => return,
             Some(Err(e)) => debug!(err = %e, "Watching the node's labels"),
             Some(Ok(event)) => {
+                if matches!(event, Event::InitDone) && !*synced.borrow() {
+                    debug!("The node's labels are read");
+                    synced.send_replace(true);
+                }
                 if let Some(labels) = labels_of(&event) {
                     tx.send_if_modified(|current| {
                         let changed = *current != labels;

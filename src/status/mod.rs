@@ -152,6 +152,10 @@ impl StatusStore {
             if old.status == status && Arc::ptr_eq(&old.pod, &pod) {
                 return false;
             }
+        } else if let Some(reported) = pod.status.as_ref() {
+            // First status since this kubelet started: the conditions' transition times the API
+            // server holds (from before a restart) stay while their values hold.
+            carry_transition_times(reported, &mut status);
         }
         pods.insert(uid.to_string(), Entry { pod, status });
         drop(pods);

@@ -13,7 +13,7 @@ pub const MESSAGE: &str = "Pod was active on the node longer than the specified 
 
 /// When the pod counts as started: its reported start time (which survives a kubelet
 /// restart), else when this kubelet first saw it.
-fn started(pod: &Pod, first_seen: SystemTime) -> SystemTime {
+pub(super) fn started(pod: &Pod, first_seen: SystemTime) -> SystemTime {
     pod.status
         .as_ref()
         .and_then(|s| s.start_time.as_ref())

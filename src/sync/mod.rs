@@ -61,6 +61,9 @@ pub struct Admission {
     pub allocatable: admission::Allocatable,
     /// The node's labels as the API server has them now (node::labels keeps them current).
     pub node_labels: watch::Receiver<std::collections::BTreeMap<String, String>>,
+    /// True once `node_labels` comes from the API server (its first list), not only from the
+    /// flags: a restarted kubelet must not judge its running pods by labels it has not read.
+    pub labels_synced: watch::Receiver<bool>,
     /// True while the node shutdown manager handles a shutdown.
     pub shutting_down: watch::Receiver<bool>,
     /// The node conditions the eviction manager reports.
@@ -101,6 +104,14 @@ impl From<&crate::cli::Settings> for SyncSettings {
     }
 }
 
+/// Waits for `rx` to change; never, without one.
+async fn changed(rx: Option<watch::Receiver<bool>>) -> Result<(), watch::error::RecvError> {
+    match rx {
+        Some(mut rx) => rx.changed().await,
+        None => std::future::pending().await,
+    }
+}
+
 fn uid_of(pod: &Pod) -> String {
     pod.metadata.uid.clone().unwrap_or_default()
 }
@@ -130,6 +141,9 @@ pub struct SyncLoop {
     /// edited static pod manifest gets a new UID, and the new pod must not run beside the old
     /// one (they would fight over host ports and data). Keyed by full name.
     parked: HashMap<String, Arc<Pod>>,
+    /// New API pods waiting for the node's labels before their admission, by UID (their latest
+    /// version). Bounded by the source's pods.
+    unadmitted: HashMap<String, Arc<Pod>>,
     /// API pods are admitted against this; static pods are not (like upstream's critical pods).
     admission: Option<Admission>,
     /// What each running pod was admitted with, for in-place resize.
@@ -172,6 +186,7 @@ impl SyncLoop {
         SyncLoop {
             workers: HashMap::new(),
             parked: HashMap::new(),
+            unadmitted: HashMap::new(),
             admission: None,
             allocations: Default::default(),
             deferred_resizes: HashMap::new(),
@@ -227,6 +242,13 @@ impl SyncLoop {
                 for pod in pods {
                     let uid = uid_of(&pod);
                     let full_name = pod_full_name(&pod);
+                    if let Some(waiting) = self.unadmitted.get_mut(&uid) {
+                        if pod.metadata.deletion_timestamp.is_none() {
+                            *waiting = pod;
+                            continue;
+                        }
+                        self.unadmitted.remove(&uid);
+                    }
                     if pod.metadata.deletion_timestamp.is_some() {
                         self.terminate(pod);
                         continue;
@@ -237,6 +259,11 @@ impl SyncLoop {
                     let new = !self.workers.contains_key(&uid);
                     if new && !finished(&pod) {
                         crate::startup::tracker().seen(&pod);
+                    }
+                    if new && !finished(&pod) && self.awaits_node_labels(&pod) {
+                        debug!(pod = %full_name, %uid, "Admission waits for the node's labels from the API server");
+                        self.unadmitted.insert(uid, pod);
+                        continue;
                     }
                     if new && (finished(&pod) || !self.admitted(&pod)) {
                         crate::startup::tracker().forget(&uid);
@@ -262,6 +289,7 @@ impl SyncLoop {
             }
             PodUpdate::Remove(pods) => {
                 for pod in pods {
+                    self.unadmitted.remove(&uid_of(&pod));
                     self.terminate(pod);
                 }
             }
@@ -404,6 +432,33 @@ impl SyncLoop {
         self.rejected.insert(uid);
     }
 
+    /// Whether `pod` must wait for the node's labels before its admission: an API pod, while the
+    /// labels are still only the flags' (right after a start).
+    fn awaits_node_labels(&self, pod: &Pod) -> bool {
+        self.admission
+            .as_ref()
+            .is_some_and(|adm| !*adm.labels_synced.borrow())
+            && !crate::sources::is_static_pod(pod)
+    }
+
+    /// Admits the pods that waited for the node's labels, once the labels are read.
+    fn admit_unadmitted(&mut self) {
+        // Marked seen, or the loop would wake for the same change again and again.
+        let synced = self
+            .admission
+            .as_mut()
+            .is_none_or(|a| *a.labels_synced.borrow_and_update());
+        if !synced || self.unadmitted.is_empty() {
+            return;
+        }
+        let pods: Vec<Arc<Pod>> = self.unadmitted.drain().map(|(_, p)| p).collect();
+        info!(
+            pods = pods.len(),
+            "The node's labels are read: admitting the pods that waited for them"
+        );
+        self.handle_update(PodUpdate::Add(pods));
+    }
+
     /// Whether an API pod fits the node; static pods are not checked (like upstream's
     /// critical pods).
     fn admit_to_node(&self, pod: &Arc<Pod>) -> Result<(), admission::Rejection> {
@@ -492,7 +547,9 @@ impl SyncLoop {
     fn cleanup_orphans(&mut self, runtime_pods: &RuntimePods) {
         for (uid, rp) in runtime_pods.iter() {
             let active = rp.running_containers > 0 || rp.ready_sandboxes > 0;
-            if !active || self.workers.contains_key(uid) {
+            // A pod waiting for its admission is wanted: what it runs from before a restart
+            // stays until the admission decides.
+            if !active || self.workers.contains_key(uid) || self.unadmitted.contains_key(uid) {
                 continue;
             }
             info!(pod = %format!("{}/{}", rp.namespace, rp.name), %uid, "Cleaning up pod no source knows");
@@ -525,9 +582,11 @@ impl SyncLoop {
         housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             self.health.mark();
+            let labels_synced = self.admission.as_ref().map(|a| a.labels_synced.clone());
             tokio::select! {
                 _ = self.cancel.cancelled() => return,
                 Some(update) = inputs.pod_updates.recv() => self.handle_update(update),
+                Ok(()) = changed(labels_synced) => self.admit_unadmitted(),
                 Some(uid) = inputs.pleg_events.recv() => {
                     if let Some(w) = self.workers.get(&uid) {
                         w.poke();

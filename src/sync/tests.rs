@@ -38,6 +38,16 @@ impl Node {
     /// Starts the PLEG, waits until its first relist has seen `known_uid` (when given, so the
     /// sync loop's first housekeeping already knows the runtime's pods), then the sync loop.
     async fn start(h: Harness, sources_ready: bool, known_uid: Option<&str>) -> Node {
+        Node::start_admitting(h, sources_ready, known_uid, None).await
+    }
+
+    /// [`Node::start`], with API-pod admission.
+    async fn start_admitting(
+        h: Harness,
+        sources_ready: bool,
+        known_uid: Option<&str>,
+        admission: Option<super::Admission>,
+    ) -> Node {
         let cancel = CancellationToken::new();
         let (pleg_tx, pleg_rx) = mpsc::channel(100);
         let (pleg, mut runtime_pods) = Pleg::new(
@@ -86,6 +96,10 @@ impl Node {
             cancel.child_token(),
         )
         .with_known_pods(known);
+        let sync_loop = match admission {
+            Some(admission) => sync_loop.with_admission(admission),
+            None => sync_loop,
+        };
         tokio::spawn(sync_loop.run(SyncLoopInputs {
             pod_updates: updates_rx,
             pleg_events: pleg_rx,
@@ -145,6 +159,63 @@ fn running_in_fake(h: &Harness, name: &str) -> bool {
     h.fake()
         .container(name)
         .is_some_and(|c| c.state() == api::ContainerState::ContainerRunning)
+}
+
+/// Right after a start the node's labels are only the flags' until the API server's are read:
+/// an API pod that selects a label someone added to the node must wait for them, not be
+/// rejected (a running pod would be failed and killed after every restart).
+#[tokio::test]
+async fn api_pods_wait_for_the_node_labels_before_admission() {
+    let h = Harness::new().await;
+    let (labels_tx, node_labels) = watch::channel(std::collections::BTreeMap::new());
+    let (synced_tx, labels_synced) = watch::channel(false);
+    let admission = super::Admission {
+        allocatable: super::admission::Allocatable {
+            cpu_millis: 4000,
+            memory_bytes: 8 << 30,
+            pods: 110,
+        },
+        node_labels,
+        labels_synced,
+        shutting_down: watch::channel(false).1,
+        pressure: watch::channel(Default::default()).1,
+    };
+    let node = Node::start_admitting(h, true, None, Some(admission)).await;
+    let selecting = |uid: &str, value: &str| {
+        let mut p = pod(uid, "Always", &[], &[&format!("app-{uid}")]);
+        if let Some(spec) = p.spec.as_mut() {
+            spec.node_selector = Some([("disk".to_string(), value.to_string())].into());
+        }
+        Arc::new(p)
+    };
+    node.send(PodUpdate::Add(vec![
+        selecting("u-ssd", "ssd"),
+        selecting("u-hdd", "hdd"),
+    ]))
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        node.status.status("u-ssd").is_none(),
+        "judged before the labels were read"
+    );
+    assert!(node.h.fake().sandboxes().is_empty());
+
+    labels_tx.send_replace([("disk".to_string(), "ssd".to_string())].into());
+    synced_tx.send_replace(true);
+    let store = node.status.clone();
+    wait_until("the selecting pod running", Duration::from_secs(5), || {
+        store
+            .status("u-ssd")
+            .is_some_and(|s| is_running(&s, "app-u-ssd"))
+    })
+    .await;
+    // The pod the labels do not match is rejected as before.
+    wait_until("the other pod rejected", Duration::from_secs(5), || {
+        store
+            .status("u-hdd")
+            .is_some_and(|s| s.phase.as_deref() == Some("Failed"))
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -172,7 +172,13 @@ async fn run(uid: String, inputs: Inputs, ctx: Arc<WorkerContext>, cancel: Cance
         poke: mut poke_rx,
     } = inputs;
     let mut backoff = Backoff::default();
-    let start_time = SystemTime::now();
+    // The start time the API server holds survives a kubelet restart; it is reported again, and
+    // the active deadline counts from it.
+    let start_time = match &*desired_rx.borrow() {
+        Desired::Run(pod) | Desired::Terminate { pod, .. } => {
+            super::deadline::started(pod, SystemTime::now())
+        }
+    };
     let mut failure: Option<Failed> = None;
     let mut timing = super::metrics::PodWorkerTracker::default();
     let mut released = false;
