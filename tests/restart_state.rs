@@ -1,17 +1,20 @@
-//! What a pod's status says about its past survives a kubelet crash, through the real API
-//! server: after a SIGKILL and a start, the restarted kubelet reports the pod's `startTime` and
-//! its conditions' `lastTransitionTime` as they were (it has nothing of them in memory any more,
-//! so it takes them from the API server, as upstream's status manager does), and the active
-//! deadline still counts from that start, not from the restart.
+//! What the kubelet knew before a crash, it takes from the API server after it, through the
+//! real API server with a SIGKILL in the middle:
+//! - the restarted kubelet reports a pod's `startTime` and its conditions' `lastTransitionTime`
+//!   as they were (as upstream's status manager does), and the active deadline still counts
+//!   from that start, not from the restart;
+//! - a running pod that selects a label someone added to the node is admitted again by the
+//!   labels the API server has, not only the flags': it keeps running, its container untouched.
 
 mod common;
 
 use std::time::{Duration, SystemTime};
 
 use common::*;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 const NODE: &str = "krs-restart-node";
@@ -28,7 +31,9 @@ fn condition_time(s: &PodStatus, type_: &str) -> Option<Time> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::await_holding_lock)]
 async fn start_time_condition_times_and_deadline_survive_a_crash() {
+    let _guard = serial();
     let client = admin_client().await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let gone = DeleteParams::default().grace_period(0);
@@ -104,4 +109,83 @@ async fn start_time_condition_times_and_deadline_survive_a_crash() {
 
     let _ = pods.delete(POD, &gone).await;
     k.cleanup();
+}
+
+const LABEL_NODE: &str = "krs-restart-labels";
+const LABEL_POD: &str = "krs-restart-selector";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::await_holding_lock)]
+async fn a_pod_selecting_an_added_node_label_survives_a_crash() {
+    let _guard = serial();
+    let client = admin_client().await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let nodes: Api<Node> = Api::all(client.clone());
+    let gone = DeleteParams::default().grace_period(0);
+    let _ = pods.delete(LABEL_POD, &gone).await;
+
+    let mut k = Kubelet::new("restart-labels");
+    k.start_as_node(LABEL_NODE, &[]);
+    wait_async(Duration::from_secs(60), "the node registered", || async {
+        nodes.get_opt(LABEL_NODE).await.ok().flatten()
+    })
+    .await;
+    nodes
+        .patch(
+            LABEL_NODE,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"krs-test/disk": "ssd"}}})),
+        )
+        .await
+        .unwrap();
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": LABEL_POD},
+        "spec": {
+            "nodeName": LABEL_NODE,
+            "nodeSelector": {"krs-test/disk": "ssd"},
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "main",
+                "image": BUSYBOX,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sleep", "3600"],
+            }],
+        },
+    }))
+    .unwrap();
+    // The kubelet's node watch takes a moment to see the label; a pod that came first would be
+    // rejected, with upstream's kubelet too.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let container_id = |p: &Pod| {
+        p.status.as_ref()?.container_statuses.as_ref()?[0]
+            .container_id
+            .clone()
+    };
+    let before = wait_async(Duration::from_secs(60), "the pod running", || async {
+        let p = pods.get(LABEL_POD).await.ok()?;
+        (p.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(())?;
+        container_id(&p)
+    })
+    .await;
+
+    k.kill();
+    k.start_as_node(LABEL_NODE, &[]);
+    // Through the status syncer's first pass and more.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let after = pods.get(LABEL_POD).await.unwrap();
+    let status = after.status.clone().unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Running"), "{status:?}");
+    assert_eq!(container_id(&after), Some(before), "{status:?}");
+    assert_eq!(
+        status.container_statuses.as_ref().unwrap()[0].restart_count,
+        0,
+        "{status:?}"
+    );
+    let log = k.log();
+    assert!(!log.contains("Pod rejected"), "{}", tail(&log, 40));
+
+    let _ = pods.delete(LABEL_POD, &gone).await;
+    k.cleanup();
+    let _ = nodes.delete(LABEL_NODE, &DeleteParams::default()).await;
 }
