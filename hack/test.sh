@@ -4,8 +4,8 @@
 # The project's test command (README and .ci/run call it). In order:
 #   1. installs the test bed's packages (hack/testbed/install.sh) and builds, in one
 #      hack/upstream/build.sh call, every upstream v1.20.2 binary a later stage or test runs: the
-#      targets hack/upstream/targets lists for the uses of the stages below (10-15 min per
-#      group when cold, nothing when cached). Later stages are then held to that set
+#      targets hack/upstream/targets lists for the uses of the stages below (7 to 13 minutes
+#      when cold, nothing when cached). Later stages are then held to that set
 #      (KRS_UPSTREAM_PREBUILT, hack/upstream/lib.sh): one that needs another binary fails at once,
 #      whatever the cache holds;
 #   2. starts the test bed (containerd instance "krs", or $KRS_INSTANCE, with the test images
