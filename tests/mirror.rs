@@ -1,10 +1,12 @@
 //! Static pods in API server mode: their mirror pods in the API server (kept, recreated,
 //! removed) and the events the kubelet posts about them; mirror pods of static pods removed or
 //! changed while the kubelet was down (stopped, or killed) go or are replaced after its start,
-//! found in the API server rather than in the kubelet's memory.
+//! found in the API server rather than in the kubelet's memory, also when the upstream kubelet
+//! made them (a node switched to ours).
 
 mod common;
 
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -258,4 +260,218 @@ async fn mirror_pods_of_static_pods_removed_while_down_go_after_a_restart() {
     .await;
     k.cleanup();
     let _ = nodes.delete(RESTART_NODE, &DeleteParams::default()).await;
+}
+
+const SWAP_NODE: &str = "krs-mirror-swap";
+const SWAP_STATIC: &str = "krs-sw";
+
+/// The kernel settings the upstream kubelet sets at start (it does, unless told to fail
+/// instead); each gets a private copy in its mount namespace so the machine keeps its own.
+const UPSTREAM_SYSCTLS: &[&str] = &[
+    "vm/overcommit_memory",
+    "vm/panic_on_oom",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
+];
+
+/// The upstream kubelet v1.20.2 as `node`, on `k`'s root dir, manifests, cgroup root and cert
+/// dir (the node a user switches to ours, as the chart's installer does), in a mount namespace
+/// of its own where the kernel settings it writes are copies. Returns the process (the
+/// kubelet itself: unshare and bash exec into it).
+fn start_upstream_kubelet(k: &Kubelet, node: &str) -> std::process::Child {
+    let env = cluster_env();
+    let kubelet = common::upstream::bin("kubelet");
+    let kubeconfig = k.dir.path().join("upstream-kubelet.conf");
+    node_kubeconfig(node, &kubeconfig);
+    let node_ip = env
+        .get("KRS_NODE_IP")
+        .cloned()
+        .unwrap_or_else(|| "127.0.0.1".into());
+    let private = k.dir.path().join("upstream-sysctl");
+    std::fs::create_dir_all(&private).unwrap();
+    let script = r#"set -e
+for key in $KRS_SYSCTLS; do
+	[ -e "/proc/sys/$key" ] || continue
+	copy="$KRS_PRIVATE/$(echo "$key" | tr / .)"
+	cat "/proc/sys/$key" >"$copy"
+	mount --bind "$copy" "/proc/sys/$key"
+done
+exec "$@""#;
+    let root = k.root_dir.display().to_string();
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(k.dir.path().join("upstream-kubelet.log"))
+        .unwrap();
+    Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "bash", "-c", script])
+        .arg("bash")
+        .arg(&kubelet)
+        .args([
+            format!("--kubeconfig={}", kubeconfig.display()),
+            format!("--pod-manifest-path={}", k.manifests.display()),
+            format!("--root-dir={root}"),
+            format!("--cert-dir={}", k.dir.path().join("pki").display()),
+            format!("--volume-plugin-dir={root}/volume-plugins"),
+            "--container-runtime=remote".into(),
+            format!(
+                "--container-runtime-endpoint=unix://{}",
+                containerd_socket()
+            ),
+            format!("--cgroup-root={}", k.cgroup_root),
+            "--cgroup-driver=cgroupfs".into(),
+            format!("--hostname-override={node}"),
+            format!("--node-ip={node_ip}"),
+            format!("--healthz-port={}", k.healthz_port),
+            "--read-only-port=0".into(),
+            format!("--port={}", k.port),
+            "--file-check-frequency=2s".into(),
+            "--fail-swap-on=false".into(),
+            "--make-iptables-util-chains=false".into(),
+            // As the harness's drop-in for ours: no image collection, the bed's disk thresholds.
+            "--image-gc-high-threshold=100".into(),
+            "--eviction-hard=memory.available<100Mi,nodefs.available<1%,imagefs.available<1%"
+                .into(),
+            "--v=2".into(),
+        ])
+        .env("KRS_SYSCTLS", UPSTREAM_SYSCTLS.join(" "))
+        .env("KRS_PRIVATE", &private)
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("spawn the upstream kubelet")
+}
+
+/// The swap the chart's installer makes: the upstream kubelet ran a static pod and made its
+/// mirror pod; it is stopped, the manifest removed, ours started on the same node and root dir.
+/// Ours finds the mirror pod in the API server (its memory never held it) and deletes it within
+/// seconds, and stops the pod the upstream kubelet left running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::await_holding_lock)]
+async fn mirror_pod_of_the_upstream_kubelet_goes_when_ours_takes_over_without_its_manifest() {
+    let _guard = serial();
+    let client = admin_client().await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let nodes: Api<Node> = Api::all(client.clone());
+    let name = format!("{SWAP_STATIC}-{SWAP_NODE}");
+    let _ = pods
+        .delete(&name, &DeleteParams::default().grace_period(0))
+        .await;
+
+    let mut k = Kubelet::new("mirror-swap");
+    k.write_manifest(
+        "sw.yaml",
+        &pod_yaml(
+            SWAP_STATIC,
+            "Always",
+            2,
+            "trap 'exit 0' TERM; while true; do sleep 1; done",
+        ),
+    );
+    let log_dirs_before: Vec<bool> = UPSTREAM_LOG_DIRS
+        .iter()
+        .map(|d| std::path::Path::new(d).exists())
+        .collect();
+    let mut upstream = start_upstream_kubelet(&k, SWAP_NODE);
+    let upstream_log = k.dir.path().join("upstream-kubelet.log");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mirror = loop {
+        if let Ok(Some(status)) = upstream.try_wait() {
+            let log = std::fs::read_to_string(&upstream_log).unwrap_or_default();
+            panic!(
+                "the upstream kubelet exited with {status}:\n{}",
+                tail(&log, 40)
+            );
+        }
+        if let Some(p) = pods.get_opt(&name).await.ok().flatten()
+            && running(&p)
+        {
+            break p;
+        }
+        let log = std::fs::read_to_string(&upstream_log).unwrap_or_default();
+        assert!(
+            Instant::now() < deadline,
+            "no running mirror pod from the upstream kubelet:\n{}",
+            tail(&log, 40)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let uid = mirror.metadata.uid.clone().unwrap();
+    // The static pod's own UID (the runtime's) is the mirror's config.mirror annotation's pod.
+    let static_uid = mirror
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("kubernetes.io/config.hash"))
+        .cloned()
+        .expect("config.hash");
+    assert!(runtime_pod_count() > 0, "the upstream kubelet's pod runs");
+    // systemd's stop: SIGTERM, and the upstream kubelet leaves its pods running.
+    let _ = Command::new("kill")
+        .args(["-s", "TERM", &upstream.id().to_string()])
+        .status();
+    let _ = upstream.wait();
+    k.remove_manifest("sw.yaml");
+
+    let started = Instant::now();
+    k.start_as_node(SWAP_NODE, &[]);
+    wait_async(
+        Duration::from_secs(60),
+        "the upstream kubelet's orphaned mirror pod deleted",
+        || async {
+            let p = pods.get_opt(&name).await.ok()?;
+            p.is_none_or(|p| p.metadata.uid.as_deref() != Some(&uid))
+                .then_some(())
+        },
+    )
+    .await;
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(15),
+        "the orphaned mirror pod went {took:?} after ours started"
+    );
+    wait_for(
+        Duration::from_secs(60),
+        "the upstream kubelet's pod stopped and removed",
+        || (runtime_pod_count() == 0).then_some(()),
+    );
+    let log = k.log();
+    assert!(
+        log.contains("Stale mirror pod deleted"),
+        "{}",
+        tail(&log, 40)
+    );
+    k.cleanup();
+    let _ = nodes.delete(SWAP_NODE, &DeleteParams::default()).await;
+    // The upstream kubelet (v1.20 has no podLogsDir) logged under /var/log/pods, which ours,
+    // with the harness's own folder, does not tend.
+    remove_upstream_logs(&format!("default_{name}_{static_uid}"), &name);
+    for (dir, existed) in UPSTREAM_LOG_DIRS.iter().zip(log_dirs_before) {
+        if !existed {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+/// Where the upstream kubelet v1.20 puts container logs, whatever its flags say.
+const UPSTREAM_LOG_DIRS: &[&str] = &["/var/log/pods", "/var/log/containers"];
+
+/// Removes the pod log folder and /var/log/containers links the upstream kubelet made for
+/// pod `name`.
+fn remove_upstream_logs(pod_dir: &str, name: &str) {
+    let _ = std::fs::remove_dir_all(std::path::Path::new("/var/log/pods").join(pod_dir));
+    if let Ok(entries) = std::fs::read_dir("/var/log/containers") {
+        for entry in entries.flatten() {
+            if entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with(&format!("{name}_default_"))
+            {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
 }
