@@ -266,6 +266,27 @@ fn a_resize_that_does_not_fit_waits_for_room() {
     let mem = cgroup_dir("memory", &id).expect("grow's memory cgroup");
     assert_eq!(read_i64(&mem, "memory.limit_in_bytes"), 100 << 20);
 
+    // A crash does not grant it: the restarted kubelet knows what grow was allocated (from its
+    // checkpoint) and decides the resize again, next to big, whatever order they come back in.
+    k.kill();
+    k.start_with(&[&reserved]);
+    let pod = k.wait_pod(
+        "grow",
+        "PodResizePending after the restart",
+        Duration::from_secs(30),
+        |p| has_condition(p, "PodResizePending").is_some() && running(p, "main"),
+    );
+    let pending = has_condition(&pod, "PodResizePending").unwrap();
+    assert_eq!(pending["reason"], "Deferred", "{pending}");
+    assert_eq!(container_id(&pod, "main"), id, "the same container runs on");
+    assert_eq!(
+        container_status(&pod, "main")["allocatedResources"]["memory"],
+        "100Mi"
+    );
+    // Given some time to go wrong: the limit stays what was allocated.
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(read_i64(&mem, "memory.limit_in_bytes"), 100 << 20);
+
     k.remove_manifest("big.yaml");
     let pod = k.wait_pod("grow", "the resize applied", Duration::from_secs(60), |p| {
         container_status(p, "main")["resources"]["limits"]["memory"] == "400Mi"

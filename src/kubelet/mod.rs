@@ -220,7 +220,8 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         sync_health.clone(),
         cancel.child_token(),
     )
-    .with_known_pods(known_pods);
+    .with_known_pods(known_pods)
+    .with_allocation_checkpoint(root_dir);
     let (features_tx, supplemental_groups_policy) = tokio::sync::watch::channel(false);
     tasks.background(
         "runtime features",

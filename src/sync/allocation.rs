@@ -1,16 +1,21 @@
 //! In-place pod resize, the admission half: what each pod was admitted with (its
 //! *allocated* resources), and whether a changed spec's resources can be allocated now. The
 //! pod workers always run the allocated resources; the runtime applies them (runtime::resize).
-//! Kept in memory: after a kubelet restart the pods are admitted with the resources they have
-//! then, and the runtime half writes them to the running containers again.
+//! Kept on disk too (`allocation_checkpoint`): after a kubelet restart a pod is admitted with
+//! what it was allocated before, and a resize still pending then is decided again, not taken
+//! for granted.
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+use tracing::warn;
+
 use super::admission::{self, Allocatable};
+use super::allocation_checkpoint as checkpoint;
 use crate::cm::qos::pod_qos_class;
 use crate::status::ResizePending;
 
@@ -56,18 +61,85 @@ fn with_resources(pod: &Pod, resources: &Resources) -> Pod {
 #[derive(Debug, Default)]
 pub struct Allocations {
     pods: HashMap<String, Resources>,
+    /// What the checkpoint held at start for pods not admitted again yet; bounded by that
+    /// file, and emptied of pods no source brought back once the sources have all spoken.
+    restored: HashMap<String, Resources>,
+    /// Where every change is written; none in tests that do not restart.
+    checkpoint: Option<PathBuf>,
 }
 
 impl Allocations {
-    /// Records what a newly admitted pod asks for.
+    /// Allocations that live in `path` too, starting from what it holds (a damaged file is
+    /// reported and replaced: the pods are then admitted with what they ask for, as before
+    /// there was a file).
+    pub fn with_checkpoint(path: PathBuf) -> Self {
+        let restored = match checkpoint::load(&path) {
+            Ok(pods) => pods.into_iter().collect(),
+            Err(e) => {
+                warn!(error = %e, "Allocated resources not restored");
+                HashMap::new()
+            }
+        };
+        Allocations {
+            pods: HashMap::new(),
+            restored,
+            checkpoint: Some(path),
+        }
+    }
+
+    fn save(&self) {
+        let Some(path) = &self.checkpoint else {
+            return;
+        };
+        let all = self
+            .pods
+            .iter()
+            .chain(self.restored.iter())
+            .map(|(uid, r)| (uid.as_str(), r))
+            .collect();
+        if let Err(e) = checkpoint::save(path, &all) {
+            warn!(error = %e, "Allocated resources not checkpointed");
+        }
+    }
+
+    /// Records what a newly admitted pod is allocated: what it had before a restart, else
+    /// what it asks for.
     pub fn admit(&mut self, uid: &str, pod: &Pod) {
-        self.pods
-            .entry(uid.to_string())
-            .or_insert_with(|| resources_of(pod));
+        if self.pods.contains_key(uid) {
+            return;
+        }
+        let resources = self
+            .restored
+            .remove(uid)
+            .unwrap_or_else(|| resources_of(pod));
+        self.pods.insert(uid.to_string(), resources);
+        self.save();
     }
 
     pub fn forget(&mut self, uid: &str) {
-        self.pods.remove(uid);
+        if self.pods.remove(uid).is_some() || self.restored.remove(uid).is_some() {
+            self.save();
+        }
+    }
+
+    /// Drops what the checkpoint held for pods that did not come back (`keep` says which
+    /// may still).
+    pub fn prune_restored(&mut self, keep: impl Fn(&str) -> bool) {
+        let before = self.restored.len();
+        self.restored.retain(|uid, _| keep(uid));
+        if self.restored.len() != before {
+            self.save();
+        }
+    }
+
+    /// The pod as admission weighs it: with what it is (or was, before a restart) allocated.
+    pub fn as_admitted(&self, uid: &str, desired: Arc<Pod>) -> Arc<Pod> {
+        match self.restored.get(uid) {
+            Some(restored) if !self.pods.contains_key(uid) => {
+                Arc::new(with_resources(&desired, restored))
+            }
+            _ => self.allocated_pod(uid, desired),
+        }
     }
 
     /// Whether the spec asks for other resources than were allocated.
@@ -80,6 +152,7 @@ impl Allocations {
     /// Takes the desired resources as the allocation.
     pub fn accept(&mut self, uid: &str, desired: &Pod) {
         self.pods.insert(uid.to_string(), resources_of(desired));
+        self.save();
     }
 
     /// The pod as its worker runs it: the desired spec with the allocated resources.
@@ -254,6 +327,31 @@ mod tests {
         assert!(Arc::ptr_eq(&a.allocated_pod("u", bigger.clone()), &bigger));
         a.forget("u");
         assert!(!a.wants_resize("u", &first));
+    }
+
+    #[test]
+    fn a_restart_keeps_what_was_allocated_and_lets_go_of_pods_that_did_not_return() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = checkpoint::path_in(dir.path());
+        let mut a = Allocations::with_checkpoint(path.clone());
+        a.admit("u", &pod("100m", "64Mi"));
+        a.admit("gone", &pod("100m", "64Mi"));
+        let bigger = pod("200m", "64Mi");
+
+        // As after a crash: a new kubelet reads the file.
+        let mut b = Allocations::with_checkpoint(path.clone());
+        let admitted = b.as_admitted("u", Arc::new(bigger.clone()));
+        assert_eq!(resources_of(&admitted), resources_of(&pod("100m", "64Mi")));
+        b.admit("u", &bigger);
+        assert!(
+            b.wants_resize("u", &bigger),
+            "the resize is not taken as granted"
+        );
+        b.prune_restored(|_| false);
+        let on_disk = checkpoint::load(&path).unwrap();
+        assert_eq!(on_disk.keys().collect::<Vec<_>>(), ["u"]);
+        b.forget("u");
+        assert!(checkpoint::load(&path).unwrap().is_empty());
     }
 
     #[test]

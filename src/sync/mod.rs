@@ -3,6 +3,7 @@
 
 pub mod admission;
 pub mod allocation;
+mod allocation_checkpoint;
 mod deadline;
 mod metrics;
 pub mod security;
@@ -148,8 +149,8 @@ pub struct SyncLoop {
     admission: Option<Admission>,
     /// What each running pod was admitted with, for in-place resize.
     allocations: allocation::Allocations,
-    /// Resizes that did not fit (Deferred): the desired pod, tried again when a pod goes.
-    /// Bounded by the workers.
+    /// Resizes that did not fit (Deferred), or that a restart found undecided: the desired
+    /// pod, tried again when a pod goes and at every housekeeping. Bounded by the workers.
     deferred_resizes: HashMap<String, Arc<Pod>>,
     /// What the node offers pods, for a resize's fit when there is no admission (standalone).
     node_allocatable: Option<admission::Allocatable>,
@@ -215,12 +216,23 @@ impl SyncLoop {
         self
     }
 
+    /// Allocations kept in `root_dir` across restarts.
+    pub fn with_allocation_checkpoint(mut self, root_dir: &std::path::Path) -> Self {
+        self.allocations =
+            allocation::Allocations::with_checkpoint(allocation_checkpoint::path_in(root_dir));
+        self
+    }
+
     fn spawn(&mut self, uid: String, desired: Desired) {
         // Known before the worker can create anything, so no collector takes it for gone.
         self.known.insert(&uid);
-        if let Desired::Run(pod) = &desired {
-            self.allocations.admit(&uid, pod);
-        }
+        let desired = match desired {
+            Desired::Run(pod) => {
+                self.allocations.admit(&uid, &pod);
+                Desired::Run(self.allocations.allocated_pod(&uid, pod))
+            }
+            other => other,
+        };
         let handle = WorkerHandle::spawn(
             uid.clone(),
             desired,
@@ -283,7 +295,12 @@ impl SyncLoop {
                     } else {
                         info!(pod = %full_name, %uid, "Pod added");
                         crate::startup::tracker().mark(&uid, crate::startup::Phase::Admitted);
-                        self.spawn(uid, Desired::Run(pod));
+                        self.spawn(uid.clone(), Desired::Run(pod.clone()));
+                        // Allocated otherwise before a restart: the resize is decided again
+                        // once every pod is back, by the next housekeeping.
+                        if self.allocations.wants_resize(&uid, &pod) {
+                            self.deferred_resizes.insert(uid, pod);
+                        }
                     }
                 }
             }
@@ -475,14 +492,15 @@ impl SyncLoop {
             .map(|w| w.pod())
             .collect();
         let node_labels = adm.node_labels.borrow().clone();
+        let pod = self.allocations.as_admitted(&uid_of(pod), pod.clone());
         admission::admit(
-            pod,
+            &pod,
             running.iter().map(|p| p.as_ref()),
             &adm.allocatable,
             &node_labels,
         )
         .and_then(|()| admission::admit_during_shutdown(*adm.shutting_down.borrow()))
-        .and_then(|()| admission::admit_under_pressure(pod, &adm.pressure.borrow()))
+        .and_then(|()| admission::admit_under_pressure(&pod, &adm.pressure.borrow()))
     }
 
     /// A pod removed from its source, or whose deletion the API server asked for.
@@ -613,6 +631,12 @@ impl SyncLoop {
                         let pods = inputs.runtime_pods.borrow().clone();
                         self.cleanup_orphans(&pods);
                         self.known.mark_synced();
+                        let (unadmitted, parked) = (&self.unadmitted, &self.parked);
+                        self.allocations.prune_restored(|uid| {
+                            unadmitted.contains_key(uid)
+                                || parked.values().any(|p| uid_of(p) == uid)
+                        });
+                        self.retry_deferred_resizes();
                     }
                 }
             }
