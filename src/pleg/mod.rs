@@ -219,7 +219,9 @@ impl Pleg {
             };
             let grouped = group(&sandboxes, &containers);
             let changed_uids = changed(&last, &grouped);
-            if !changed_uids.is_empty() {
+            // The first relist is published even when the runtime is empty: the sync loop
+            // waits for it to know what an earlier run left (see SyncLoop::previous_named).
+            if !changed_uids.is_empty() || self.last_relist_start.is_none() {
                 let snapshot: HashMap<String, RuntimePod> = grouped
                     .iter()
                     .map(|(uid, (_, pod))| (uid.clone(), pod.clone()))

@@ -142,6 +142,10 @@ pub struct SyncLoop {
     /// edited static pod manifest gets a new UID, and the new pod must not run beside the old
     /// one (they would fight over host ports and data). Keyed by full name.
     parked: HashMap<String, Arc<Pod>>,
+    /// What the runtime ran at the last relist, once `run` has started.
+    runtime_pods: Option<watch::Receiver<RuntimePods>>,
+    /// Whether the PLEG has listed the runtime yet (it publishes its first relist always).
+    runtime_listed: bool,
     /// New API pods waiting for the node's labels before their admission, by UID (their latest
     /// version). Bounded by the source's pods.
     unadmitted: HashMap<String, Arc<Pod>>,
@@ -187,6 +191,8 @@ impl SyncLoop {
         SyncLoop {
             workers: HashMap::new(),
             parked: HashMap::new(),
+            runtime_pods: None,
+            runtime_listed: false,
             unadmitted: HashMap::new(),
             admission: None,
             allocations: Default::default(),
@@ -242,10 +248,72 @@ impl SyncLoop {
         self.workers.insert(uid, handle);
     }
 
-    fn terminating_named(&self, full_name: &str) -> bool {
-        self.workers
+    /// Whether an earlier pod of this full name (another UID) still runs or is being torn
+    /// down: a worker terminating it, or what the runtime still runs of it with no worker (a
+    /// pod replaced while the kubelet was down, until the orphan cleanup has stopped it).
+    /// Before the first relist nobody knows yet, so a new pod waits for it.
+    fn previous_named(&self, full_name: &str, uid: &str) -> bool {
+        let terminating = self
+            .workers
             .values()
-            .any(|w| w.is_terminating() && w.full_name() == full_name)
+            .any(|w| w.is_terminating() && w.full_name() == full_name);
+        if terminating {
+            return true;
+        }
+        let Some(runtime) = &self.runtime_pods else {
+            return false;
+        };
+        if !self.runtime_listed {
+            return true;
+        }
+        runtime.borrow().iter().any(|(other, rp)| {
+            other != uid
+                && !self.workers.contains_key(other)
+                && (rp.running_containers > 0 || rp.ready_sandboxes > 0)
+                && format!("{}_{}", rp.name, rp.namespace) == full_name
+        })
+    }
+
+    /// Starts the parked pods whose predecessors are gone, and stops what the runtime still
+    /// runs of the others' (no source wants a pod whose full name another UID now has, so
+    /// this need not wait for every source, as the orphan cleanup does: a static apiserver
+    /// replaced while the kubelet was down must not wait for the API source).
+    fn unpark_ready(&mut self) {
+        let parked: Vec<(String, String)> = self
+            .parked
+            .iter()
+            .map(|(name, pod)| (name.clone(), uid_of(pod)))
+            .collect();
+        for (full_name, uid) in parked {
+            if self.previous_named(&full_name, &uid) {
+                self.stop_predecessors(&full_name, &uid);
+                continue;
+            }
+            if let Some(pod) = self.parked.remove(&full_name) {
+                info!(pod = %full_name, %uid, "Previous pod terminated, starting");
+                crate::startup::tracker().mark(&uid, crate::startup::Phase::Admitted);
+                self.spawn(uid, Desired::Run(pod));
+            }
+        }
+    }
+
+    /// Terminates the runtime's pods of this full name but another UID that no worker has.
+    fn stop_predecessors(&mut self, full_name: &str, uid: &str) {
+        let Some(runtime) = self.runtime_pods.as_ref().map(|r| r.borrow().clone()) else {
+            return;
+        };
+        for (other, rp) in runtime.iter() {
+            let active = rp.running_containers > 0 || rp.ready_sandboxes > 0;
+            if other == uid
+                || !active
+                || self.workers.contains_key(other)
+                || format!("{}_{}", rp.name, rp.namespace) != full_name
+            {
+                continue;
+            }
+            info!(pod = %full_name, uid = %other, replaced_by = %uid, "Stopping the pod a new one of the same name replaces");
+            self.terminate_runtime_pod(other, rp);
+        }
     }
 
     fn handle_update(&mut self, update: PodUpdate) {
@@ -289,8 +357,9 @@ impl SyncLoop {
                         if let Some(w) = self.workers.get_mut(&uid) {
                             w.update(Desired::Run(run));
                         }
-                    } else if self.terminating_named(&full_name) {
+                    } else if self.previous_named(&full_name, &uid) {
                         info!(pod = %full_name, %uid, "Waiting for the previous pod of this name to terminate");
+                        self.stop_predecessors(&full_name, &uid);
                         self.parked.insert(full_name, pod);
                     } else {
                         info!(pod = %full_name, %uid, "Pod added");
@@ -536,19 +605,12 @@ impl SyncLoop {
     }
 
     fn worker_done(&mut self, uid: &str) {
-        let Some(w) = self.workers.get(uid).filter(|w| w.is_terminating()) else {
+        if !self.workers.get(uid).is_some_and(|w| w.is_terminating()) {
             return;
-        };
-        let full_name = w.full_name().to_string();
+        }
         self.workers.remove(uid);
         debug!(%uid, "Pod worker finished");
-        if !self.terminating_named(&full_name)
-            && let Some(pod) = self.parked.remove(&full_name)
-        {
-            info!(pod = %full_name, uid = %uid_of(&pod), "Previous pod terminated, starting");
-            crate::startup::tracker().mark(&uid_of(&pod), crate::startup::Phase::Admitted);
-            self.spawn(uid_of(&pod), Desired::Run(pod));
-        }
+        self.unpark_ready();
         // What the pod left in the runtime and its logs are the garbage collector's now,
         // unless the same pod (a manifest put back) starts again at once.
         if !self.workers.contains_key(uid) {
@@ -571,23 +633,28 @@ impl SyncLoop {
                 continue;
             }
             info!(pod = %format!("{}/{}", rp.namespace, rp.name), %uid, "Cleaning up pod no source knows");
-            let pod = Arc::new(Pod {
-                metadata: ObjectMeta {
-                    name: Some(rp.name.clone()),
-                    namespace: Some(rp.namespace.clone()),
-                    uid: Some(uid.clone()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            });
-            self.spawn(
-                uid.clone(),
-                Desired::Terminate {
-                    pod,
-                    grace: ORPHAN_GRACE_SECONDS,
-                },
-            );
+            self.terminate_runtime_pod(uid, rp);
         }
+    }
+
+    /// Stops a pod only the runtime knows, with the orphans' grace period.
+    fn terminate_runtime_pod(&mut self, uid: &str, rp: &crate::pleg::RuntimePod) {
+        let pod = Arc::new(Pod {
+            metadata: ObjectMeta {
+                name: Some(rp.name.clone()),
+                namespace: Some(rp.namespace.clone()),
+                uid: Some(uid.to_string()),
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        self.spawn(
+            uid.to_string(),
+            Desired::Terminate {
+                pod,
+                grace: ORPHAN_GRACE_SECONDS,
+            },
+        );
     }
 
     /// Runs the loop in `tasks` until cancelled.
@@ -596,6 +663,10 @@ impl SyncLoop {
     }
 
     pub async fn run(mut self, mut inputs: SyncLoopInputs) {
+        // A relist before the loop started shows as a change not yet seen, or as pods.
+        self.runtime_listed = inputs.runtime_pods.has_changed().unwrap_or(false)
+            || !inputs.runtime_pods.borrow().is_empty();
+        self.runtime_pods = Some(inputs.runtime_pods.clone());
         let mut housekeeping = tokio::time::interval(HOUSEKEEPING_PERIOD);
         housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -616,6 +687,10 @@ impl SyncLoop {
                     }
                 }
                 Some(uid) = self.done_rx.recv() => self.worker_done(&uid),
+                Ok(()) = inputs.runtime_pods.changed() => {
+                    self.runtime_listed = true;
+                    self.unpark_ready();
+                }
                 Some(eviction) = inputs.evictions.recv() => {
                     if let Some(w) = self.workers.get(&eviction.uid) {
                         w.evict(eviction);
@@ -638,6 +713,7 @@ impl SyncLoop {
                         });
                         self.retry_deferred_resizes();
                     }
+                    self.unpark_ready();
                 }
             }
         }

@@ -409,20 +409,20 @@ async fn termination_cancels_a_sync_stuck_in_a_slow_pull() {
     assert!(!fake.has_image("registry.test/slow:1"));
 }
 
-#[tokio::test]
-async fn pods_no_source_knows_are_removed_once_sources_are_ready() {
-    let h = Harness::new().await;
+/// A pod as an earlier kubelet left it in the runtime: its sandbox and a running `app`
+/// container, its log and cgroup; returns the sandbox id and the log folder.
+async fn run_bare_pod(h: &Harness, uid: &str, name: &str) -> (String, std::path::PathBuf) {
     let c = h.cri.client.clone();
     let identity = HashMap::from([
-        (labels::POD_UID.to_string(), "u-orphan".to_string()),
-        (labels::POD_NAME.to_string(), "ghost".to_string()),
+        (labels::POD_UID.to_string(), uid.to_string()),
+        (labels::POD_NAME.to_string(), name.to_string()),
         (labels::POD_NAMESPACE.to_string(), "default".to_string()),
     ]);
-    let log_dir = h.dir.path().join("logs/default_ghost_u-orphan");
+    let log_dir = h.dir.path().join(format!("logs/default_{name}_{uid}"));
     let sandbox_config = api::PodSandboxConfig {
         metadata: Some(api::PodSandboxMetadata {
-            name: "ghost".into(),
-            uid: "u-orphan".into(),
+            name: name.into(),
+            uid: uid.into(),
             namespace: "default".into(),
             attempt: 0,
         }),
@@ -457,8 +457,15 @@ async fn pods_no_source_knows_are_removed_once_sources_are_ready() {
         .await
         .expect("create");
     c.start_container(&id).await.expect("start");
-    std::fs::create_dir_all(h.pod_cgroup("u-orphan")).expect("orphan cgroup");
+    std::fs::create_dir_all(h.pod_cgroup(uid)).expect("pod cgroup");
     assert!(log_dir.join("app/0.log").is_file());
+    (sb, log_dir)
+}
+
+#[tokio::test]
+async fn pods_no_source_knows_are_removed_once_sources_are_ready() {
+    let h = Harness::new().await;
+    let (sb, log_dir) = run_bare_pod(&h, "u-orphan", "ghost").await;
 
     let node = Node::start(h, false, Some("u-orphan")).await;
     let keep = Arc::new(pod("u-keep", "Always", &[], &["app"]));
@@ -497,6 +504,43 @@ async fn pods_no_source_knows_are_removed_once_sources_are_ready() {
     assert_eq!(kept.len(), 1);
     assert_eq!(kept[0].state(), api::PodSandboxState::SandboxReady);
     assert!(running_in_fake(&node.h, "app"));
+}
+
+/// A pod replaced while the kubelet was down (an edited static pod manifest: same name, new
+/// UID) starts only once what the runtime still runs of the old one is stopped, and that
+/// stop does not wait for every source (the API source may need the old pod: a static
+/// apiserver).
+#[tokio::test]
+async fn a_pod_replaced_while_down_starts_after_its_predecessor_stops() {
+    let h = Harness::new().await;
+    h.fake().delay("StopContainer", Duration::from_millis(300));
+    let (old_sb, _) = run_bare_pod(&h, "u-old", "web-u-new").await;
+    let node = Node::start(h, false, Some("u-old")).await;
+    let new = Arc::new(pod("u-new", "Always", &[], &["app"]));
+    node.send(PodUpdate::Add(vec![new])).await;
+    let fake = node.h.fake().clone();
+    wait_until("the new pod running", Duration::from_secs(5), || {
+        fake.sandboxes().iter().any(|s| {
+            s.labels.get(labels::POD_UID).map(String::as_str) == Some("u-new")
+                && s.state() == api::PodSandboxState::SandboxReady
+        }) && running_in_fake(&node.h, "app")
+    })
+    .await;
+    let old_ready = fake
+        .sandboxes()
+        .iter()
+        .any(|s| s.id == old_sb && s.state() == api::PodSandboxState::SandboxReady);
+    assert!(!old_ready, "{:?}", fake.sandboxes());
+    let log = fake.call_log();
+    let stop = log
+        .iter()
+        .position(|c| c.method == "StopPodSandbox")
+        .unwrap_or_else(|| panic!("the old sandbox never stopped: {log:?}"));
+    let run = log
+        .iter()
+        .rposition(|c| c.method == "RunPodSandbox")
+        .expect("the new sandbox");
+    assert!(stop < run, "the new pod ran beside the old one: {log:?}");
 }
 
 /// A manifest removed and put back (same UID) runs again once the old pod is torn down.
