@@ -5,6 +5,7 @@
 //!   from that start, not from the restart;
 //! - a running pod that selects a label someone added to the node is admitted again by the
 //!   labels the API server has, not only the flags': it keeps running, its container untouched.
+//! - a pod that finished before the start gives back the volumes it still holds.
 
 mod common;
 
@@ -188,4 +189,104 @@ async fn a_pod_selecting_an_added_node_label_survives_a_crash() {
     let _ = pods.delete(LABEL_POD, &gone).await;
     k.cleanup();
     let _ = nodes.delete(LABEL_NODE, &DeleteParams::default()).await;
+}
+
+const FINISHED_NODE: &str = "krs-restart-finished";
+const FINISHED_POD: &str = "krs-restart-finished";
+
+fn tmpfs_mounted_under(dir: &std::path::Path) -> Vec<String> {
+    let prefix = format!("{}/", dir.display());
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|mp| mp.starts_with(&prefix))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A pod that finished before the start and still holds a volume (the kubelet was killed
+/// between the pod's end and the release of its volumes, say) gives it back once the kubelet
+/// is up again, as a worker does when its pod finishes: found from the API server (the pod is
+/// Succeeded) and the disk, not from memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::await_holding_lock)]
+async fn a_finished_pods_volumes_left_held_are_released_after_a_restart() {
+    let _guard = serial();
+    let client = admin_client().await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let nodes: Api<Node> = Api::all(client.clone());
+    let gone = DeleteParams::default().grace_period(0);
+    let _ = pods.delete(FINISHED_POD, &gone).await;
+
+    let mut k = Kubelet::new("restart-finished");
+    k.start_as_node(FINISHED_NODE, &[]);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": FINISHED_POD},
+        "spec": {
+            "nodeName": FINISHED_NODE,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "volumes": [{"name": "scratch", "emptyDir": {"medium": "Memory"}}],
+            "containers": [{
+                "name": "main",
+                "image": BUSYBOX,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", "echo kept > /scratch/f"],
+                "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+            }],
+        },
+    }))
+    .unwrap();
+    let uid = pods
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    wait_async(Duration::from_secs(60), "the pod Succeeded", || async {
+        let p = pods.get(FINISHED_POD).await.ok()?;
+        (p.status?.phase.as_deref() == Some("Succeeded")).then_some(())
+    })
+    .await;
+    let volumes = k.root_dir.join("pods").join(&uid).join("volumes");
+    wait_for(Duration::from_secs(30), "the volumes released", || {
+        (!volumes.exists()).then_some(())
+    });
+    k.stop();
+
+    // What the release would have given back, as the pod left it: its emptyDir's tmpfs.
+    let scratch = volumes.join("kubernetes.io~empty-dir/scratch");
+    std::fs::create_dir_all(&scratch).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(&scratch)
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    std::fs::write(scratch.join("f"), "kept").unwrap();
+
+    k.start_as_node(FINISHED_NODE, &[]);
+    let released = wait_for_opt(Duration::from_secs(20), || {
+        (!volumes.exists()).then_some(())
+    });
+    let still = tmpfs_mounted_under(&k.root_dir);
+    for mp in &still {
+        let _ = std::process::Command::new("umount")
+            .args(["-l", mp])
+            .status();
+    }
+    assert!(
+        released.is_some() && still.is_empty(),
+        "the finished pod's volume is still held (mounts {still:?}); log:\n{}",
+        tail(&k.log(), 40)
+    );
+    // The pod itself stays, with its status, until it is deleted.
+    let p = pods.get(FINISHED_POD).await.unwrap();
+    assert_eq!(p.status.and_then(|s| s.phase).as_deref(), Some("Succeeded"));
+
+    let _ = pods.delete(FINISHED_POD, &gone).await;
+    k.cleanup();
+    let _ = nodes.delete(FINISHED_NODE, &DeleteParams::default()).await;
 }

@@ -29,9 +29,10 @@ impl KnownPods {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The sync loop is about to start a worker for `uid`.
-    pub fn insert(&self, uid: &str) {
-        self.lock().uids.insert(uid.to_string());
+    /// The sync loop is about to start a worker for `uid`, or holds it without one. Whether
+    /// it is new.
+    pub fn insert(&self, uid: &str) -> bool {
+        self.lock().uids.insert(uid.to_string())
     }
 
     /// The worker of `uid` has stopped and let go of the pod.

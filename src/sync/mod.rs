@@ -297,6 +297,34 @@ impl SyncLoop {
         }
     }
 
+    /// A pod found finished with no worker (it ended while the kubelet was down, or before a
+    /// restart and its volumes were not given back yet) gives back what its volumes hold, as a
+    /// worker does when its pod finishes; unless the runtime still runs something of it (the
+    /// orphan cleanup stops that first), or has not been listed yet (then they stay until the
+    /// pod is deleted, as before).
+    fn release_finished(&self, uid: &str) {
+        let active = self.runtime_pods.as_ref().is_none_or(|r| {
+            r.borrow()
+                .get(uid)
+                .is_some_and(|rp| rp.running_containers > 0 || rp.ready_sandboxes > 0)
+        });
+        if active || !self.runtime_listed {
+            return;
+        }
+        let (volumes, uid) = (self.ctx.volumes.clone(), uid.to_string());
+        tokio::spawn(async move {
+            match tokio::time::timeout(worker::RELEASE_WAIT, volumes.release(&uid)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => {
+                    warn!(pod_uid = %uid, %err, "Could not release the finished pod's volumes")
+                }
+                Err(_) => {
+                    warn!(pod_uid = %uid, "Releasing the finished pod's volumes is taking long")
+                }
+            }
+        });
+    }
+
     /// Terminates the runtime's pods of this full name but another UID that no worker has.
     fn stop_predecessors(&mut self, full_name: &str, uid: &str) {
         let Some(runtime) = self.runtime_pods.as_ref().map(|r| r.borrow().clone()) else {
@@ -349,7 +377,9 @@ impl SyncLoop {
                         crate::startup::tracker().forget(&uid);
                         // No worker, but the pod exists: its dead containers and logs stay
                         // (`kubectl logs` of a completed pod) until its source removes it.
-                        self.known.insert(&uid);
+                        if self.known.insert(&uid) && finished(&pod) {
+                            self.release_finished(&uid);
+                        }
                         continue;
                     }
                     if self.workers.get(&uid).is_some_and(|w| !w.is_terminating()) {

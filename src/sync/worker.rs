@@ -53,7 +53,7 @@ pub struct WorkerContext {
 
 const RETRY_AFTER_ERROR: Duration = Duration::from_secs(5);
 /// How long a finished pod's volumes may take to be given back before the worker goes on.
-const RELEASE_WAIT: Duration = Duration::from_secs(10);
+pub(super) const RELEASE_WAIT: Duration = Duration::from_secs(10);
 
 pub struct WorkerHandle {
     full_name: String,
