@@ -5,6 +5,7 @@
 //! Rotation writes new files and repoints the `-current` symlink, then tells the kubelet's
 //! client to reconnect: a kube::Client reads its certificate once, when built.
 
+mod bootstrap;
 pub(crate) mod der;
 pub mod pki;
 pub mod serving;
@@ -97,6 +98,16 @@ pub enum CertError {
         reason: String,
         /// The condition's message.
         message: String,
+    },
+    /// A CSR of the name ours derives from its key already exists but is not one this node's
+    /// key asked for (another signer, other usages or subject, another key, or an expired
+    /// certificate), so waiting on it would never give a usable pair.
+    #[error("certificate signing request {name} exists but is not compatible: {reason}")]
+    IncompatibleCsr {
+        /// The CSR's name.
+        name: String,
+        /// What differs.
+        reason: String,
     },
     /// The CSR was not signed in time.
     #[error("certificate signing request {name} not issued within {after:?}")]
@@ -283,14 +294,7 @@ pub async fn bootstrap_if_needed(
             source,
         })?;
     let cluster = store::cluster_info(&kc, bootstrap)?;
-    request_and_store(
-        bootstrap,
-        cert_dir,
-        node_name,
-        timeout,
-        &CancellationToken::new(),
-    )
-    .await?;
+    bootstrap_request_and_store(bootstrap, cert_dir, node_name, timeout).await?;
     // Like upstream, the kubeconfig names the symlink so rotations need not rewrite it.
     let pem = store::current_path(cert_dir);
     store::write_atomic(kubeconfig, &store::kubeconfig_yaml(&cluster, &pem))?;
@@ -402,6 +406,13 @@ pub(crate) fn jitter() -> f64 {
     0.7 + 0.2 * (h.finish() % 10_000) as f64 / 10_000.0
 }
 
+/// The organization of every node certificate's subject.
+const NODE_ORGANIZATION: &str = "system:nodes";
+
+fn node_common_name(node_name: &str) -> String {
+    format!("system:node:{node_name}")
+}
+
 /// A new ECDSA P-256 key and a PEM CSR for the node's client identity.
 fn node_csr(node_name: &str) -> Result<(String, rcgen::KeyPair), CertError> {
     node_csr_for(node_name, &[], &[])
@@ -415,6 +426,17 @@ pub(crate) fn node_csr_for(
     ips: &[std::net::IpAddr],
 ) -> Result<(String, rcgen::KeyPair), CertError> {
     let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+    let csr = node_csr_with(&key, node_name, dns_names, ips)?;
+    Ok((csr, key))
+}
+
+/// A PEM CSR naming the node, signed with `key`.
+fn node_csr_with(
+    key: &rcgen::KeyPair,
+    node_name: &str,
+    dns_names: &[String],
+    ips: &[std::net::IpAddr],
+) -> Result<String, CertError> {
     let mut params = rcgen::CertificateParams::default();
     for name in dns_names {
         let name = name
@@ -427,14 +449,50 @@ pub(crate) fn node_csr_for(
         .subject_alt_names
         .extend(ips.iter().map(|ip| rcgen::SanType::IpAddress(*ip)));
     let mut dn = rcgen::DistinguishedName::new();
-    dn.push(rcgen::DnType::OrganizationName, "system:nodes");
-    dn.push(
-        rcgen::DnType::CommonName,
-        format!("system:node:{node_name}"),
-    );
+    dn.push(rcgen::DnType::OrganizationName, NODE_ORGANIZATION);
+    dn.push(rcgen::DnType::CommonName, node_common_name(node_name));
     params.distinguished_name = dn;
-    let csr = params.serialize_request(&key)?;
-    Ok((csr.pem()?, key))
+    Ok(params.serialize_request(key)?.pem()?)
+}
+
+/// TLS bootstrap's request, as upstream's: the key lives in the cert dir until the pair is
+/// stored and the CSR's name follows from it, so a kubelet restarted while its CSR waits for
+/// approval waits on that same CSR instead of making one an admin has not seen.
+async fn bootstrap_request_and_store(
+    bootstrap_kubeconfig: &Path,
+    cert_dir: &Path,
+    node_name: &str,
+    timeout: Duration,
+) -> Result<PathBuf, CertError> {
+    let client = apiclient::connect(bootstrap_kubeconfig, timeout).await?;
+    let key = bootstrap::load_or_generate_key(cert_dir)?;
+    let csr_pem = node_csr_with(&key, node_name, &[], &[])?;
+    let spki = rcgen::PublicKeyData::subject_public_key_info(&key);
+    let common_name = node_common_name(node_name);
+    let name = bootstrap::digested_name(&spki, &common_name, &[NODE_ORGANIZATION], &USAGES);
+    let request = CsrRequest {
+        signer: SIGNER_NAME,
+        usages: &USAGES,
+        name: CsrName::Digested {
+            name,
+            spki: &spki,
+            common_name: &common_name,
+        },
+        what: "client",
+    };
+    let cert_pem = request_certificate(
+        client,
+        &request,
+        &csr_pem,
+        timeout,
+        &CancellationToken::new(),
+    )
+    .await?;
+    let key_pem = key.serialize_pem();
+    check_pair(&cert_pem, &key_pem)?;
+    let stored = store::store_pair(cert_dir, &cert_pem, &key_pem, Timestamp::now())?;
+    bootstrap::remove_key(cert_dir);
+    Ok(stored)
 }
 
 /// Asks for a certificate with the credentials in `auth_kubeconfig`, waits for it, and stores it
@@ -451,7 +509,7 @@ async fn request_and_store(
     let request = CsrRequest {
         signer: SIGNER_NAME,
         usages: &USAGES,
-        generate_name: "node-csr-",
+        name: CsrName::Generate("node-csr-"),
         what: "client",
     };
     let cert_pem = request_certificate(client, &request, &csr_pem, timeout, cancel).await?;
@@ -476,9 +534,23 @@ pub(crate) fn check_pair(cert_pem: &str, key_pem: &str) -> Result<(), CertError>
 pub(crate) struct CsrRequest<'a> {
     pub signer: &'a str,
     pub usages: &'a [&'a str],
-    pub generate_name: &'a str,
+    pub name: CsrName<'a>,
     /// For log lines: "client", "serving".
     pub what: &'a str,
+}
+
+/// How a CSR is named.
+pub(crate) enum CsrName<'a> {
+    /// A new name from this prefix each time (`metadata.generateName`).
+    Generate(&'a str),
+    /// A name derived from the key, subject and usages: a CSR already under that name is one
+    /// an earlier run made with the same key, and is waited on when it still fits.
+    Digested {
+        name: String,
+        /// Our public key, DER SubjectPublicKeyInfo.
+        spki: &'a [u8],
+        common_name: &'a str,
+    },
 }
 
 /// Creates a CSR for `csr_pem` and waits for its certificate (PEM text, checked to parse).
@@ -523,11 +595,18 @@ async fn create_csr(
     csr_pem: &str,
     timeout: Duration,
 ) -> Result<String, CertError> {
-    let obj = CertificateSigningRequest {
-        metadata: ObjectMeta {
-            generate_name: Some(request.generate_name.into()),
+    let metadata = match &request.name {
+        CsrName::Generate(prefix) => ObjectMeta {
+            generate_name: Some(prefix.to_string()),
             ..Default::default()
         },
+        CsrName::Digested { name, .. } => ObjectMeta {
+            name: Some(name.clone()),
+            ..Default::default()
+        },
+    };
+    let obj = CertificateSigningRequest {
+        metadata,
         spec: CertificateSigningRequestSpec {
             request: ByteString(csr_pem.as_bytes().to_vec()),
             signer_name: request.signer.into(),
@@ -541,11 +620,47 @@ async fn create_csr(
         timeout,
         api.create(&PostParams::default(), &obj),
     )
-    .await?;
-    created
-        .metadata
-        .name
-        .ok_or_else(|| CertError::BadCertificate("request created without a name".into()))
+    .await;
+    match (created, &request.name) {
+        (Ok(created), _) => created
+            .metadata
+            .name
+            .ok_or_else(|| CertError::BadCertificate("request created without a name".into())),
+        (
+            Err(CertError::Api {
+                source: kube::Error::Api(status),
+                ..
+            }),
+            CsrName::Digested {
+                name,
+                spki,
+                common_name,
+            },
+        ) if status.code == 409 && status.reason == "AlreadyExists" => {
+            info!(csr = %name, "A certificate signing request for this key already exists; reusing it");
+            let existing = bounded(
+                "reading the existing certificate signing request",
+                timeout,
+                api.get(name),
+            )
+            .await?;
+            let expected = bootstrap::Expected {
+                signer: request.signer,
+                usages: request.usages,
+                spki,
+                common_name,
+                organization: NODE_ORGANIZATION,
+            };
+            bootstrap::ensure_compatible(&existing, &expected, Timestamp::now()).map_err(
+                |reason| CertError::IncompatibleCsr {
+                    name: name.clone(),
+                    reason,
+                },
+            )?;
+            Ok(name.clone())
+        }
+        (Err(err), _) => Err(err),
+    }
 }
 
 /// What a CSR's status says so far.

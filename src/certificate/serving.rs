@@ -17,7 +17,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::{CertError, CsrRequest, jitter, rotation_deadline, store};
+use super::{CertError, CsrName, CsrRequest, jitter, rotation_deadline, store};
 use crate::server::tls::DynamicCert;
 use crate::server::tls::dynamic::load_pair;
 
@@ -231,7 +231,7 @@ async fn request(
     let request = CsrRequest {
         signer: SIGNER_NAME,
         usages: &USAGES,
-        generate_name: "csr-",
+        name: CsrName::Generate("csr-"),
         what: "serving",
     };
     let cert_pem =

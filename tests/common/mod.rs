@@ -154,6 +154,17 @@ impl Kubelet {
     }
 
     pub fn start_with(&mut self, extra: &[&str]) {
+        self.spawn_with(extra);
+        wait_for(Duration::from_secs(30), "kubelet healthz", || {
+            self.assert_alive();
+            http_get(self.healthz_port, "/healthz")
+                .filter(|(code, body)| *code == 200 && body == "ok")
+        });
+    }
+
+    /// Starts the kubelet without waiting for healthz, which a kubelet still in TLS bootstrap
+    /// does not serve yet.
+    pub fn spawn_with(&mut self, extra: &[&str]) {
         assert!(self.child.is_none(), "kubelet already running");
         self.runs += 1;
         let log = std::fs::OpenOptions::new()
@@ -201,14 +212,9 @@ impl Kubelet {
             .spawn()
             .expect("spawn kubelet");
         self.child = Some(child);
-        wait_for(Duration::from_secs(30), "kubelet healthz", || {
-            self.assert_alive();
-            http_get(self.healthz_port, "/healthz")
-                .filter(|(code, body)| *code == 200 && body == "ok")
-        });
     }
 
-    fn assert_alive(&mut self) {
+    pub fn assert_alive(&mut self) {
         if let Some(child) = self.child.as_mut()
             && let Ok(Some(status)) = child.try_wait()
         {
