@@ -1,7 +1,8 @@
 //! OOM kills on the real test bed: a container whose memory hog the kernel's OOM killer kills
 //! reports reason OOMKilled and exit code 137. On this bed containerd itself says `Error`
 //! (the pod cgroup, with the same limit and the pause process in it, is the one that runs
-//! out), so the reason comes from our reading of the kernel log. A node-level OOM cannot be
+//! out), so the reason comes from our reading of the kernel log, which a restarted kubelet reads
+//! again from what the ring buffer holds, so the reason stays. A node-level OOM cannot be
 //! provoked safely on a shared machine: SystemOOM is covered by the parser's unit tests.
 
 mod common;
@@ -59,6 +60,18 @@ fn memory_hog_is_oom_killed() {
     let t = terminated(&pod, "state");
     assert_eq!(t["reason"], "OOMKilled", "status: {pod:#}");
     assert_eq!(t["exitCode"], 137, "status: {pod:#}");
+
+    // After a crash the kernel's record is read again: the status still says why.
+    k.kill();
+    k.start();
+    let pod = k.wait_pod(
+        "hog-never",
+        "its status after the restart",
+        Duration::from_secs(30),
+        |p| phase(p) == "Failed",
+    );
+    let t = terminated(&pod, "state");
+    assert_eq!(t["reason"], "OOMKilled", "after a restart: {pod:#}");
 
     k.write_manifest("hog-always.yaml", &hog("hog-always", "Always"));
     let pod = k.wait_pod(

@@ -15,9 +15,11 @@
 //!
 //! The kernel writes one summary per kill with the victim's memory cgroup (`task_memcg`, the
 //! container's, whichever cgroup's limit was hit), and the container ID is that cgroup's
-//! name. The watcher reads the log as it is written (nonblocking, from the end: kills before
-//! the kubelet started are not ours to report), remembers the IDs of containers that lost a
-//! process (bounded, oldest forgotten first) and the runtime manager marks such a container
+//! name. The watcher reads the log as it is written (nonblocking), starting with what the ring
+//! buffer still holds from before the kubelet started (those kills mark their containers, so a
+//! restart does not turn `OOMKilled` into `Error`, but the node's events for them are not sent
+//! again), remembers the IDs of containers that lost a process (bounded, oldest forgotten
+//! first) and the runtime manager marks such a container
 //! `OOMKilled` once it has exited — as containerd does, whichever process of it was killed.
 //! The record is written while the kernel kills, before the process is gone, so it is in
 //! place well before the runtime reports the exit.

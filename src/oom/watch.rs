@@ -2,7 +2,7 @@
 //! holds a thread and ends as soon as it is cancelled.
 
 use std::fs::File;
-use std::io::{ErrorKind, Read, Seek, SeekFrom};
+use std::io::{ErrorKind, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::sync::Arc;
 
@@ -30,7 +30,7 @@ pub(super) struct Watcher {
 
 impl Watcher {
     pub async fn run(self, cancel: CancellationToken) {
-        let kmsg = match open_at_end() {
+        let kmsg = match open_kmsg() {
             Ok(kmsg) => kmsg,
             Err(err) => {
                 warn!(%err, "Failed to start the OOM watcher; OOM kills are reported as the runtime sees them");
@@ -47,6 +47,8 @@ impl Watcher {
         let read_err = |source| OomError::Read { path: KMSG, source };
         let mut parser = OomParser::default();
         let mut buf = vec![0u8; RECORD_MAX];
+        // What the ring buffer held when the kubelet started, up to the first wait.
+        let mut backlog = true;
         loop {
             let mut ready = tokio::select! {
                 _ = cancel.cancelled() => return Ok(()),
@@ -57,7 +59,7 @@ impl Watcher {
                     Ok(Ok(0)) => break,
                     Ok(Ok(n)) => {
                         if let Some(kill) = record_message(&buf[..n]).and_then(|m| parser.push(m)) {
-                            self.on_kill(&kill);
+                            self.on_kill(&kill, backlog);
                         }
                     }
                     // The ring buffer overwrote records we had not read; the next read goes
@@ -70,14 +72,24 @@ impl Watcher {
                     Ok(Err(e)) if e.kind() == ErrorKind::Interrupted => {}
                     Ok(Err(e)) => return Err(read_err(e)),
                     // Nothing more for now: readiness is cleared, wait for the next record.
-                    Err(_would_block) => break,
+                    Err(_would_block) => {
+                        backlog = false;
+                        break;
+                    }
                 }
             }
             tokio::task::yield_now().await;
         }
     }
 
-    fn on_kill(&self, kill: &super::OomKill) {
+    /// A kill from before the start (`earlier`) only marks its container: an earlier run
+    /// reported the node's event already.
+    fn on_kill(&self, kill: &super::OomKill, earlier: bool) {
+        if earlier {
+            debug!(pid = kill.pid, task_memcg = ?kill.task_memcg, "OOM kill before the start");
+            handle_kill(kill, &self.kills);
+            return;
+        }
         info!(pid = kill.pid, comm = %kill.comm, oom_memcg = ?kill.oom_memcg, task_memcg = ?kill.task_memcg, "OOM kill");
         if let Some(message) = handle_kill(kill, &self.kills) {
             self.events.node(
@@ -91,16 +103,16 @@ impl Watcher {
     }
 }
 
-/// /dev/kmsg, nonblocking, positioned after the last record: kills that happened before the
-/// kubelet started are not reported again (upstream starts from now too).
-fn open_at_end() -> Result<AsyncFd<File>, OomError> {
+/// /dev/kmsg, nonblocking, at the oldest record the ring buffer still holds: a container
+/// killed before a kubelet restart still reports `OOMKilled` after it (the record of its kill
+/// is in memory nowhere else), while the node events of those kills are not sent again.
+fn open_kmsg() -> Result<AsyncFd<File>, OomError> {
     let open_err = |source| OomError::Open { path: KMSG, source };
-    let mut file = std::fs::OpenOptions::new()
+    let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(KMSG)
         .map_err(open_err)?;
-    file.seek(SeekFrom::End(0)).map_err(open_err)?;
     register(file).map_err(open_err)
 }
 
@@ -126,12 +138,15 @@ mod tests {
             events: EventRecorder::with_sink(tx),
             node_name: "node-a".into(),
         };
-        watcher.on_kill(&OomKill {
-            pid: 4242,
-            comm: "stress".into(),
-            oom_memcg: None,
-            task_memcg: Some("/user.slice".into()),
-        });
+        watcher.on_kill(
+            &OomKill {
+                pid: 4242,
+                comm: "stress".into(),
+                oom_memcg: None,
+                task_memcg: Some("/user.slice".into()),
+            },
+            false,
+        );
         let event = rx.try_recv().expect("an event");
         assert_eq!(
             (event.object.kind, event.object.name.as_str()),
@@ -147,13 +162,45 @@ mod tests {
         );
 
         // A container's own limit: its status says so, the node hears nothing.
-        watcher.on_kill(&OomKill {
-            pid: 1,
-            comm: "sh".into(),
-            oom_memcg: Some("/kubepods/pod1".into()),
-            task_memcg: Some(format!("/kubepods/pod1/{}", "a".repeat(64))),
-        });
+        watcher.on_kill(
+            &OomKill {
+                pid: 1,
+                comm: "sh".into(),
+                oom_memcg: Some("/kubepods/pod1".into()),
+                task_memcg: Some(format!("/kubepods/pod1/{}", "a".repeat(64))),
+            },
+            false,
+        );
         assert!(rx.try_recv().is_err());
         assert!(watcher.kills.contains(&"a".repeat(64)));
+    }
+
+    #[test]
+    fn kills_before_the_start_mark_their_containers_but_tell_the_node_nothing() {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+        let watcher = Watcher {
+            kills: Arc::default(),
+            events: EventRecorder::with_sink(tx),
+            node_name: "node-a".into(),
+        };
+        for task_memcg in [
+            "/user.slice".to_string(),
+            format!("/kubepods/pod1/{}", "b".repeat(64)),
+        ] {
+            watcher.on_kill(
+                &OomKill {
+                    pid: 7,
+                    comm: "sh".into(),
+                    oom_memcg: None,
+                    task_memcg: Some(task_memcg),
+                },
+                true,
+            );
+        }
+        assert!(
+            rx.try_recv().is_err(),
+            "the earlier run sent the node's event"
+        );
+        assert!(watcher.kills.contains(&"b".repeat(64)));
     }
 }
