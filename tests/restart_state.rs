@@ -6,6 +6,7 @@
 //! - a running pod that selects a label someone added to the node is admitted again by the
 //!   labels the API server has, not only the flags': it keeps running, its container untouched.
 //! - a pod that finished before the start gives back the volumes it still holds.
+//! - a static pod changed while the kubelet was down never runs beside its old self.
 
 mod common;
 
@@ -289,4 +290,66 @@ async fn a_finished_pods_volumes_left_held_are_released_after_a_restart() {
     let _ = pods.delete(FINISHED_POD, &gone).await;
     k.cleanup();
     let _ = nodes.delete(FINISHED_NODE, &DeleteParams::default()).await;
+}
+
+/// A static pod holding a lock (a folder on the host: `mkdir` fails if it exists) for its
+/// whole life, tagged `tag`; it fails at once when the lock is taken.
+fn lock_holder(tag: &str, shared: &std::path::Path) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: lock-holder
+spec:
+  terminationGracePeriodSeconds: 2
+  volumes:
+  - name: shared
+    hostPath: {{path: "{}"}}
+  containers:
+  - name: main
+    image: {BUSYBOX}
+    imagePullPolicy: IfNotPresent
+    volumeMounts: [{{name: shared, mountPath: /shared}}]
+    command: ["sh", "-c", "mkdir /shared/lock || exit 1; trap 'rmdir /shared/lock; exit 0' TERM; echo {tag} holds the lock; while true; do sleep 1; done"]
+"#,
+        shared.display()
+    )
+}
+
+/// A static pod whose manifest changed while the kubelet was down (same name, so a new UID)
+/// starts only once what the runtime still runs of the old one has stopped: the two never run
+/// side by side (here they would fight over one lock, and the new one would fail and restart).
+#[test]
+fn a_static_pod_changed_while_down_never_runs_beside_its_old_self() {
+    let _guard = serial();
+    let mut k = Kubelet::new("restart-static-replaced");
+    let shared = k.dir.path().join("shared");
+    std::fs::create_dir_all(&shared).unwrap();
+    k.write_manifest("lock.yaml", &lock_holder("v1", &shared));
+    k.start();
+    let running =
+        |p: &serde_json::Value| container_status(p, "main")["state"]["running"].is_object();
+    let v1 = k.wait_pod(
+        "lock-holder",
+        "v1 running",
+        Duration::from_secs(60),
+        running,
+    );
+    k.kill();
+    k.write_manifest("lock.yaml", &lock_holder("v2", &shared));
+    k.start();
+    let v2 = k.wait_pod("lock-holder", "v2 running", Duration::from_secs(60), |p| {
+        p["metadata"]["uid"] != v1["metadata"]["uid"] && running(p)
+    });
+    // Past a failed first attempt's restart, had there been one.
+    std::thread::sleep(Duration::from_secs(3));
+    let v2 = k.pod("lock-holder").unwrap_or(v2);
+    assert_eq!(
+        container_status(&v2, "main")["restartCount"],
+        0,
+        "v2 ran beside v1: {v2:#}\n{}",
+        tail(&k.log(), 40)
+    );
+    assert!(running(&v2), "{v2:#}");
+    k.cleanup();
 }
