@@ -7,6 +7,8 @@
 //!   labels the API server has, not only the flags': it keeps running, its container untouched.
 //! - a pod that finished before the start gives back the volumes it still holds.
 //! - a static pod changed while the kubelet was down never runs beside its old self.
+//! - an API pod deleted while the kubelet was down is cleaned up after the start, and one whose
+//!   container ended meanwhile is reported as it ended.
 
 mod common;
 
@@ -352,4 +354,98 @@ fn a_static_pod_changed_while_down_never_runs_beside_its_old_self() {
     );
     assert!(running(&v2), "{v2:#}");
     k.cleanup();
+}
+
+const DOWN_NODE: &str = "krs-restart-down";
+
+fn sleeper_pod(name: &str, restart: &str, script: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": DOWN_NODE,
+            "restartPolicy": restart,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "main",
+                "image": BUSYBOX,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", script],
+            }],
+        },
+    }))
+    .unwrap()
+}
+
+/// While the kubelet is down (killed), one API pod is deleted and another one's container
+/// ends: after the start, what the deleted pod left (containers, folder, logs) goes, and the
+/// other's end is reported (Succeeded, its exit code), both found from the API server and
+/// the runtime rather than from memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::await_holding_lock)]
+async fn pods_deleted_or_ended_while_down_are_cleaned_up_and_reported() {
+    let _guard = serial();
+    let client = admin_client().await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let nodes: Api<Node> = Api::all(client.clone());
+    let gone = DeleteParams::default().grace_period(0);
+    let (deleted, ended) = ("krs-down-deleted", "krs-down-ended");
+    for name in [deleted, ended] {
+        let _ = pods.delete(name, &gone).await;
+    }
+    let mut k = Kubelet::new("restart-down");
+    k.start_as_node(DOWN_NODE, &[]);
+    let mut uids = Vec::new();
+    for pod in [
+        sleeper_pod(deleted, "Always", "sleep 3600"),
+        sleeper_pod(ended, "Never", "sleep 6; exit 0"),
+    ] {
+        let created = pods.create(&PostParams::default(), &pod).await.unwrap();
+        uids.push(created.metadata.uid.unwrap());
+    }
+    for name in [deleted, ended] {
+        wait_async(Duration::from_secs(60), "the pods running", || async {
+            let p = pods.get(name).await.ok()?;
+            (p.status?.phase.as_deref() == Some("Running")).then_some(())
+        })
+        .await;
+    }
+    let deleted_dir = k.root_dir.join("pods").join(&uids[0]);
+    let deleted_logs = k
+        .pod_logs_dir
+        .join(format!("default_{deleted}_{}", uids[0]));
+    assert!(deleted_dir.exists() && deleted_logs.exists());
+
+    k.kill();
+    pods.delete(deleted, &gone).await.unwrap();
+    // The other pod's container ends meanwhile.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    k.start_as_node(DOWN_NODE, &[]);
+
+    let status = wait_async(Duration::from_secs(60), "the end reported", || async {
+        let s = pods.get(ended).await.ok()?.status?;
+        (s.phase.as_deref() == Some("Succeeded")).then_some(s)
+    })
+    .await;
+    let terminated = status.container_statuses.as_ref().unwrap()[0]
+        .state
+        .as_ref()
+        .and_then(|s| s.terminated.clone())
+        .expect("terminated");
+    assert_eq!(terminated.exit_code, 0, "{status:?}");
+    wait_for(
+        Duration::from_secs(60),
+        "what the deleted pod left gone",
+        || (!deleted_dir.exists() && !deleted_logs.exists()).then_some(()),
+    );
+    let tasks = running_tasks();
+    let still: Vec<_> = k
+        .pods()
+        .into_iter()
+        .filter(|p| p["metadata"]["uid"] == uids[0].as_str())
+        .collect();
+    assert!(still.is_empty(), "{still:?} (running tasks {tasks:?})");
+
+    let _ = pods.delete(ended, &gone).await;
+    k.cleanup();
+    let _ = nodes.delete(DOWN_NODE, &DeleteParams::default()).await;
 }
