@@ -388,7 +388,11 @@ impl SyncLoop {
                             w.update(Desired::Run(run));
                         }
                     } else if self.previous_named(&full_name, &uid) {
-                        info!(pod = %full_name, %uid, "Waiting for the previous pod of this name to terminate");
+                        if self.runtime_listed {
+                            info!(pod = %full_name, %uid, "Waiting for the previous pod of this name to terminate");
+                        } else {
+                            debug!(pod = %full_name, %uid, "Waiting for the runtime's first listing");
+                        }
                         self.stop_predecessors(&full_name, &uid);
                         self.parked.insert(full_name, pod);
                     } else {
