@@ -4,6 +4,7 @@
 pub mod apiserver;
 mod ephemeral;
 mod generate;
+mod history;
 pub mod mirror;
 pub mod resize;
 mod terminal;
@@ -149,13 +150,16 @@ impl StatusStore {
         let mut pods = self.lock();
         if let Some(old) = pods.get(uid) {
             carry_transition_times(&old.status, &mut status);
+            history::carry_container_history(&old.status, &mut status);
             if old.status == status && Arc::ptr_eq(&old.pod, &pod) {
                 return false;
             }
         } else if let Some(reported) = pod.status.as_ref() {
             // First status since this kubelet started: the conditions' transition times the API
-            // server holds (from before a restart) stay while their values hold.
+            // server holds (from before a restart) stay while their values hold, and so does
+            // the history of containers the runtime no longer has.
             carry_transition_times(reported, &mut status);
+            history::carry_container_history(reported, &mut status);
         }
         pods.insert(uid.to_string(), Entry { pod, status });
         drop(pods);
