@@ -208,6 +208,7 @@ async fn mirror_pods_of_static_pods_removed_while_down_go_after_a_restart() {
         )
         .await;
         let took = started.elapsed();
+        eprintln!("orphaned mirror pod deleted {took:?} after the start ({how})");
         assert!(
             took < Duration::from_secs(15),
             "the orphaned mirror pod went {took:?} after the start ({how})"
@@ -429,6 +430,7 @@ async fn mirror_pod_of_the_upstream_kubelet_goes_when_ours_takes_over_without_it
     )
     .await;
     let took = started.elapsed();
+    eprintln!("the upstream kubelet's orphaned mirror pod deleted {took:?} after ours started");
     assert!(
         took < Duration::from_secs(15),
         "the orphaned mirror pod went {took:?} after ours started"

@@ -248,11 +248,7 @@ async fn a_finished_pods_volumes_left_held_are_released_after_a_restart() {
         .metadata
         .uid
         .unwrap();
-    wait_async(Duration::from_secs(60), "the pod Succeeded", || async {
-        let p = pods.get(FINISHED_POD).await.ok()?;
-        (p.status?.phase.as_deref() == Some("Succeeded")).then_some(())
-    })
-    .await;
+    wait_phase(&pods, FINISHED_POD, "Succeeded", Duration::from_secs(60)).await;
     let volumes = k.root_dir.join("pods").join(&uid).join("volumes");
     wait_for(Duration::from_secs(30), "the volumes released", || {
         (!volumes.exists()).then_some(())
@@ -403,11 +399,7 @@ async fn pods_deleted_or_ended_while_down_are_cleaned_up_and_reported() {
         uids.push(created.metadata.uid.unwrap());
     }
     for name in [deleted, ended] {
-        wait_async(Duration::from_secs(60), "the pods running", || async {
-            let p = pods.get(name).await.ok()?;
-            (p.status?.phase.as_deref() == Some("Running")).then_some(())
-        })
-        .await;
+        wait_phase(&pods, name, "Running", Duration::from_secs(60)).await;
     }
     let deleted_dir = k.root_dir.join("pods").join(&uids[0]);
     let deleted_logs = k
@@ -421,11 +413,7 @@ async fn pods_deleted_or_ended_while_down_are_cleaned_up_and_reported() {
     tokio::time::sleep(Duration::from_secs(8)).await;
     k.start_as_node(DOWN_NODE, &[]);
 
-    let status = wait_async(Duration::from_secs(60), "the end reported", || async {
-        let s = pods.get(ended).await.ok()?.status?;
-        (s.phase.as_deref() == Some("Succeeded")).then_some(s)
-    })
-    .await;
+    let status = wait_phase(&pods, ended, "Succeeded", Duration::from_secs(60)).await;
     let terminated = status.container_statuses.as_ref().unwrap()[0]
         .state
         .as_ref()

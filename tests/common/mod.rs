@@ -614,3 +614,17 @@ where
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }
+
+/// Waits until the API server shows pod `name` in `phase`; returns its status.
+pub async fn wait_phase(
+    pods: &kube::Api<k8s_openapi::api::core::v1::Pod>,
+    name: &str,
+    phase: &str,
+    timeout: Duration,
+) -> k8s_openapi::api::core::v1::PodStatus {
+    wait_async(timeout, &format!("pod {name} {phase}"), || async {
+        let status = pods.get(name).await.ok()?.status?;
+        (status.phase.as_deref() == Some(phase)).then_some(status)
+    })
+    .await
+}
