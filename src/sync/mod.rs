@@ -235,6 +235,12 @@ impl SyncLoop {
         let desired = match desired {
             Desired::Run(pod) => {
                 self.allocations.admit(&uid, &pod);
+                // Allocated otherwise before a restart: the resize is decided again once every
+                // pod is back, by the next housekeeping (whichever way the pod got here: added,
+                // or parked first until the runtime was listed).
+                if self.allocations.wants_resize(&uid, &pod) {
+                    self.deferred_resizes.insert(uid.clone(), pod.clone());
+                }
                 Desired::Run(self.allocations.allocated_pod(&uid, pod))
             }
             other => other,
@@ -398,12 +404,7 @@ impl SyncLoop {
                     } else {
                         info!(pod = %full_name, %uid, "Pod added");
                         crate::startup::tracker().mark(&uid, crate::startup::Phase::Admitted);
-                        self.spawn(uid.clone(), Desired::Run(pod.clone()));
-                        // Allocated otherwise before a restart: the resize is decided again
-                        // once every pod is back, by the next housekeeping.
-                        if self.allocations.wants_resize(&uid, &pod) {
-                            self.deferred_resizes.insert(uid, pod);
-                        }
+                        self.spawn(uid, Desired::Run(pod));
                     }
                 }
             }
