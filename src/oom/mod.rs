@@ -115,7 +115,9 @@ pub fn spawn(
         events,
         node_name,
     };
-    tasks.background("OOM watcher", watcher.run(cancel.child_token()));
+    // Read now, before any pod's first status: see `Watcher::open_with_backlog`.
+    let opened = watcher.open_with_backlog();
+    tasks.background("OOM watcher", watcher.run(opened, cancel.child_token()));
     kills
 }
 

@@ -28,27 +28,72 @@ pub(super) struct Watcher {
     pub node_name: String,
 }
 
+/// Records of the backlog read at most: the ring buffer holds far fewer, this only bounds a
+/// kernel that logs faster than we read.
+const BACKLOG_MAX: usize = 100_000;
+
+/// /dev/kmsg, opened and with its backlog read, and the parser that read it.
+pub(super) type Opened = Result<(File, OomParser), OomError>;
+
 impl Watcher {
-    pub async fn run(self, cancel: CancellationToken) {
-        let kmsg = match open_kmsg() {
-            Ok(kmsg) => kmsg,
+    /// Opens /dev/kmsg at the oldest record the ring buffer still holds and reads what is
+    /// there now, before the kubelet syncs any pod: a container killed before a restart still
+    /// reports `OOMKilled` from its first status after it (the record of its kill is in memory
+    /// nowhere else), while the node's events for those kills are not sent again.
+    pub fn open_with_backlog(&self) -> Opened {
+        let open_err = |source| OomError::Open { path: KMSG, source };
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(KMSG)
+            .map_err(open_err)?;
+        let read_err = |source| OomError::Read { path: KMSG, source };
+        let mut parser = OomParser::default();
+        let mut buf = vec![0u8; RECORD_MAX];
+        for _ in 0..BACKLOG_MAX {
+            match file.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    if let Some(kill) = record_message(&buf[..n]).and_then(|m| parser.push(m)) {
+                        self.on_kill(&kill, true);
+                    }
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EPIPE) => {}
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) => return Err(read_err(e)),
+            }
+        }
+        Ok((file, parser))
+    }
+
+    pub async fn run(self, opened: Opened, cancel: CancellationToken) {
+        let started = opened.and_then(|(file, parser)| {
+            register(file)
+                .map(|fd| (fd, parser))
+                .map_err(|source| OomError::Open { path: KMSG, source })
+        });
+        let (kmsg, parser) = match started {
+            Ok(started) => started,
             Err(err) => {
                 warn!(%err, "Failed to start the OOM watcher; OOM kills are reported as the runtime sees them");
                 return;
             }
         };
         info!("OOM watcher started");
-        if let Err(err) = self.read(kmsg, cancel).await {
+        if let Err(err) = self.read(kmsg, parser, cancel).await {
             warn!(%err, "OOM watcher stopped; OOM kills are reported as the runtime sees them");
         }
     }
 
-    async fn read(&self, kmsg: AsyncFd<File>, cancel: CancellationToken) -> Result<(), OomError> {
+    async fn read(
+        &self,
+        kmsg: AsyncFd<File>,
+        mut parser: OomParser,
+        cancel: CancellationToken,
+    ) -> Result<(), OomError> {
         let read_err = |source| OomError::Read { path: KMSG, source };
-        let mut parser = OomParser::default();
         let mut buf = vec![0u8; RECORD_MAX];
-        // What the ring buffer held when the kubelet started, up to the first wait.
-        let mut backlog = true;
         loop {
             let mut ready = tokio::select! {
                 _ = cancel.cancelled() => return Ok(()),
@@ -59,7 +104,7 @@ impl Watcher {
                     Ok(Ok(0)) => break,
                     Ok(Ok(n)) => {
                         if let Some(kill) = record_message(&buf[..n]).and_then(|m| parser.push(m)) {
-                            self.on_kill(&kill, backlog);
+                            self.on_kill(&kill, false);
                         }
                     }
                     // The ring buffer overwrote records we had not read; the next read goes
@@ -72,10 +117,7 @@ impl Watcher {
                     Ok(Err(e)) if e.kind() == ErrorKind::Interrupted => {}
                     Ok(Err(e)) => return Err(read_err(e)),
                     // Nothing more for now: readiness is cleared, wait for the next record.
-                    Err(_would_block) => {
-                        backlog = false;
-                        break;
-                    }
+                    Err(_would_block) => break,
                 }
             }
             tokio::task::yield_now().await;
@@ -101,19 +143,6 @@ impl Watcher {
             );
         }
     }
-}
-
-/// /dev/kmsg, nonblocking, at the oldest record the ring buffer still holds: a container
-/// killed before a kubelet restart still reports `OOMKilled` after it (the record of its kill
-/// is in memory nowhere else), while the node events of those kills are not sent again.
-fn open_kmsg() -> Result<AsyncFd<File>, OomError> {
-    let open_err = |source| OomError::Open { path: KMSG, source };
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(KMSG)
-        .map_err(open_err)?;
-    register(file).map_err(open_err)
 }
 
 /// Puts the file under the runtime's poller. Tokio deprecates its safe constructors because
