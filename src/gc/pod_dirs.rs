@@ -60,7 +60,7 @@ impl OrphanDirs {
             .runtime_pods
             .borrow()
             .values()
-            .filter(|p| p.running_containers > 0 || p.ready_sandboxes > 0)
+            .filter(|p| p.is_active())
             .map(|p| p.uid.clone())
             .collect();
         state.warned.retain(|uid| uids.contains(uid));

@@ -27,6 +27,22 @@ pub struct RuntimePod {
     pub ready_sandboxes: usize,
 }
 
+impl RuntimePod {
+    /// Still runs something: a container, or a sandbox holding a network namespace.
+    pub fn is_active(&self) -> bool {
+        self.running_containers > 0 || self.ready_sandboxes > 0
+    }
+
+    /// Whether this is a pod of full name `full_name` (`<name>_<namespace>`, see
+    /// `sources::pod_full_name`), without making that string.
+    pub fn has_full_name(&self, full_name: &str) -> bool {
+        full_name
+            .strip_prefix(self.name.as_str())
+            .and_then(|rest| rest.strip_prefix('_'))
+            == Some(self.namespace.as_str())
+    }
+}
+
 pub type RuntimePods = Arc<HashMap<String, RuntimePod>>;
 
 /// When the last relist finished, for health checks.
@@ -249,6 +265,27 @@ impl Pleg {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_runtime_pod_knows_its_full_name_and_whether_it_runs() {
+        let rp = RuntimePod {
+            uid: "u".into(),
+            name: "web".into(),
+            namespace: "default".into(),
+            running_containers: 0,
+            ready_sandboxes: 1,
+        };
+        assert!(rp.has_full_name("web_default"));
+        assert!(!rp.has_full_name("web_kube-system"));
+        assert!(!rp.has_full_name("web-0_default"));
+        assert!(!rp.has_full_name("webdefault"));
+        assert!(rp.is_active());
+        let stopped = RuntimePod {
+            ready_sandboxes: 0,
+            ..rp
+        };
+        assert!(!stopped.is_active());
+    }
 
     fn sb(id: &str, uid: &str, state: api::PodSandboxState) -> api::PodSandbox {
         api::PodSandbox {

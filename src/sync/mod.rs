@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::pleg::RuntimePods;
+use crate::pleg::{RuntimePod, RuntimePods};
 use crate::sources::{PodUpdate, pod_full_name};
 use worker::{Desired, WorkerContext, WorkerHandle};
 
@@ -254,9 +254,27 @@ impl SyncLoop {
         self.workers.insert(uid, handle);
     }
 
+    /// What the runtime still runs of pods of this full name but another UID that no worker
+    /// has: a pod replaced while the kubelet was down, until it is stopped.
+    fn runtime_predecessors(&self, full_name: &str, uid: &str) -> Vec<(String, RuntimePod)> {
+        let Some(runtime) = &self.runtime_pods else {
+            return Vec::new();
+        };
+        runtime
+            .borrow()
+            .iter()
+            .filter(|(other, rp)| {
+                other.as_str() != uid
+                    && rp.is_active()
+                    && rp.has_full_name(full_name)
+                    && !self.workers.contains_key(other.as_str())
+            })
+            .map(|(other, rp)| (other.clone(), rp.clone()))
+            .collect()
+    }
+
     /// Whether an earlier pod of this full name (another UID) still runs or is being torn
-    /// down: a worker terminating it, or what the runtime still runs of it with no worker (a
-    /// pod replaced while the kubelet was down, until the orphan cleanup has stopped it).
+    /// down: a worker terminating it, or a runtime predecessor (`runtime_predecessors`).
     /// Before the first relist nobody knows yet, so a new pod waits for it.
     fn previous_named(&self, full_name: &str, uid: &str) -> bool {
         let terminating = self
@@ -266,18 +284,10 @@ impl SyncLoop {
         if terminating {
             return true;
         }
-        let Some(runtime) = &self.runtime_pods else {
+        if self.runtime_pods.is_none() {
             return false;
-        };
-        if !self.runtime_listed {
-            return true;
         }
-        runtime.borrow().iter().any(|(other, rp)| {
-            other != uid
-                && !self.workers.contains_key(other)
-                && (rp.running_containers > 0 || rp.ready_sandboxes > 0)
-                && format!("{}_{}", rp.name, rp.namespace) == full_name
-        })
+        !self.runtime_listed || !self.runtime_predecessors(full_name, uid).is_empty()
     }
 
     /// Starts the parked pods whose predecessors are gone, and stops what the runtime still
@@ -309,11 +319,10 @@ impl SyncLoop {
     /// orphan cleanup stops that first), or has not been listed yet (then they stay until the
     /// pod is deleted, as before).
     fn release_finished(&self, uid: &str) {
-        let active = self.runtime_pods.as_ref().is_none_or(|r| {
-            r.borrow()
-                .get(uid)
-                .is_some_and(|rp| rp.running_containers > 0 || rp.ready_sandboxes > 0)
-        });
+        let active = self
+            .runtime_pods
+            .as_ref()
+            .is_none_or(|r| r.borrow().get(uid).is_some_and(RuntimePod::is_active));
         if active || !self.runtime_listed {
             return;
         }
@@ -331,22 +340,11 @@ impl SyncLoop {
         });
     }
 
-    /// Terminates the runtime's pods of this full name but another UID that no worker has.
+    /// Terminates the runtime predecessors of a pod (`runtime_predecessors`).
     fn stop_predecessors(&mut self, full_name: &str, uid: &str) {
-        let Some(runtime) = self.runtime_pods.as_ref().map(|r| r.borrow().clone()) else {
-            return;
-        };
-        for (other, rp) in runtime.iter() {
-            let active = rp.running_containers > 0 || rp.ready_sandboxes > 0;
-            if other == uid
-                || !active
-                || self.workers.contains_key(other)
-                || format!("{}_{}", rp.name, rp.namespace) != full_name
-            {
-                continue;
-            }
+        for (other, rp) in self.runtime_predecessors(full_name, uid) {
             info!(pod = %full_name, uid = %other, replaced_by = %uid, "Stopping the pod a new one of the same name replaces");
-            self.terminate_runtime_pod(other, rp);
+            self.terminate_runtime_pod(&other, &rp);
         }
     }
 
@@ -661,10 +659,12 @@ impl SyncLoop {
     /// yet). What a stopped pod left behind is the container garbage collector's.
     fn cleanup_orphans(&mut self, runtime_pods: &RuntimePods) {
         for (uid, rp) in runtime_pods.iter() {
-            let active = rp.running_containers > 0 || rp.ready_sandboxes > 0;
             // A pod waiting for its admission is wanted: what it runs from before a restart
             // stays until the admission decides.
-            if !active || self.workers.contains_key(uid) || self.unadmitted.contains_key(uid) {
+            if !rp.is_active()
+                || self.workers.contains_key(uid)
+                || self.unadmitted.contains_key(uid)
+            {
                 continue;
             }
             info!(pod = %format!("{}/{}", rp.namespace, rp.name), %uid, "Cleaning up pod no source knows");
@@ -673,7 +673,7 @@ impl SyncLoop {
     }
 
     /// Stops a pod only the runtime knows, with the orphans' grace period.
-    fn terminate_runtime_pod(&mut self, uid: &str, rp: &crate::pleg::RuntimePod) {
+    fn terminate_runtime_pod(&mut self, uid: &str, rp: &RuntimePod) {
         let pod = Arc::new(Pod {
             metadata: ObjectMeta {
                 name: Some(rp.name.clone()),
