@@ -64,8 +64,12 @@ pub struct Allocations {
     /// What the checkpoint held at start for pods not admitted again yet; bounded by that
     /// file, and emptied of pods no source brought back once the sources have all spoken.
     restored: HashMap<String, Resources>,
-    /// Where every change is written; none in tests that do not restart.
+    /// Where the allocations are written; none in tests that do not restart.
     checkpoint: Option<PathBuf>,
+    /// Changed since the last write in ways a restart could derive again (an admission takes
+    /// the spec, a pod gone is pruned): written at the next `flush`, so a start with many pods
+    /// writes the file once, not once per pod. A resize's acceptance is written at once.
+    dirty: bool,
 }
 
 impl Allocations {
@@ -84,13 +88,22 @@ impl Allocations {
             pods: HashMap::new(),
             restored,
             checkpoint: Some(path),
+            dirty: false,
         }
     }
 
-    fn save(&self) {
+    /// Writes what changed since the last write, if anything did (the housekeeping's call).
+    pub fn flush(&mut self) {
+        if self.dirty {
+            self.save();
+        }
+    }
+
+    fn save(&mut self) {
         let Some(path) = &self.checkpoint else {
             return;
         };
+        self.dirty = false;
         let all = self
             .pods
             .iter()
@@ -108,17 +121,20 @@ impl Allocations {
         if self.pods.contains_key(uid) {
             return;
         }
-        let resources = self
-            .restored
-            .remove(uid)
-            .unwrap_or_else(|| resources_of(pod));
+        let resources = match self.restored.remove(uid) {
+            // Moved from one map to the other: the file's content is the same.
+            Some(restored) => restored,
+            None => {
+                self.dirty = true;
+                resources_of(pod)
+            }
+        };
         self.pods.insert(uid.to_string(), resources);
-        self.save();
     }
 
     pub fn forget(&mut self, uid: &str) {
         if self.pods.remove(uid).is_some() || self.restored.remove(uid).is_some() {
-            self.save();
+            self.dirty = true;
         }
     }
 
@@ -128,7 +144,7 @@ impl Allocations {
         let before = self.restored.len();
         self.restored.retain(|uid, _| keep(uid));
         if self.restored.len() != before {
-            self.save();
+            self.dirty = true;
         }
     }
 
@@ -336,6 +352,7 @@ mod tests {
         let mut a = Allocations::with_checkpoint(path.clone());
         a.admit("u", &pod("100m", "64Mi"));
         a.admit("gone", &pod("100m", "64Mi"));
+        a.flush();
         let bigger = pod("200m", "64Mi");
 
         // As after a crash: a new kubelet reads the file.
@@ -348,9 +365,11 @@ mod tests {
             "the resize is not taken as granted"
         );
         b.prune_restored(|_| false);
+        b.flush();
         let on_disk = checkpoint::load(&path).unwrap();
         assert_eq!(on_disk.keys().collect::<Vec<_>>(), ["u"]);
         b.forget("u");
+        b.flush();
         assert!(checkpoint::load(&path).unwrap().is_empty());
     }
 

@@ -67,9 +67,9 @@ pub fn load(path: &Path) -> Result<BTreeMap<String, PodResources>, CheckpointErr
 }
 
 /// Replaces the checkpoint with `pods`: written beside it and renamed over it, so a crash in
-/// the middle leaves the old one whole. Not synced to the disk: it is written on every
-/// admission, in the sync loop, and a power loss that damages it only costs what a missing
-/// file costs (see `load`'s callers).
+/// the middle leaves the old one whole. Not synced to the disk: it is written from the sync
+/// loop, and a power loss that damages it only costs what a missing file costs (see `load`'s
+/// callers).
 pub fn save(path: &Path, pods: &BTreeMap<&str, &PodResources>) -> Result<(), CheckpointError> {
     let err = |source| CheckpointError::Write {
         path: path.to_path_buf(),
@@ -79,7 +79,8 @@ pub fn save(path: &Path, pods: &BTreeMap<&str, &PodResources>) -> Result<(), Che
         .iter()
         .map(|(uid, r)| (uid.to_string(), (*r).clone()))
         .collect();
-    let body = serde_json::to_vec(&OnDisk { pods: on_disk }).expect("resources serialize");
+    let body =
+        serde_json::to_vec(&OnDisk { pods: on_disk }).map_err(|e| err(std::io::Error::other(e)))?;
     let tmp = path.with_extension("json.tmp");
     let mut f = std::fs::File::create(&tmp).map_err(err)?;
     f.write_all(&body).map_err(err)?;

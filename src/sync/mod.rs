@@ -749,6 +749,7 @@ impl SyncLoop {
                         self.retry_deferred_resizes();
                     }
                     self.unpark_ready();
+                    self.allocations.flush();
                 }
             }
         }
