@@ -24,11 +24,11 @@ fn carry_list(previous: Option<&Vec<ContainerStatus>>, new: Option<&mut Vec<Cont
             continue;
         }
         status.restart_count = status.restart_count.max(before.restart_count);
-        let no_last = status
+        if status
             .last_state
             .as_ref()
-            .is_none_or(|l| l.terminated.is_none() && l.running.is_none() && l.waiting.is_none());
-        if no_last {
+            .is_none_or(|l| *l == Default::default())
+        {
             status.last_state = before.last_state.clone();
         }
     }
