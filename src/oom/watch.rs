@@ -53,11 +53,7 @@ impl Watcher {
         for _ in 0..BACKLOG_MAX {
             match file.read(&mut buf) {
                 Ok(0) => break,
-                Ok(n) => {
-                    if let Some(kill) = record_message(&buf[..n]).and_then(|m| parser.push(m)) {
-                        self.on_kill(&kill, true);
-                    }
-                }
+                Ok(n) => self.take_record(&mut parser, &buf[..n], true),
                 Err(e) if e.raw_os_error() == Some(libc::EPIPE) => {}
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
@@ -102,11 +98,7 @@ impl Watcher {
             for _ in 0..BATCH {
                 match ready.try_io(|f| f.get_ref().read(&mut buf)) {
                     Ok(Ok(0)) => break,
-                    Ok(Ok(n)) => {
-                        if let Some(kill) = record_message(&buf[..n]).and_then(|m| parser.push(m)) {
-                            self.on_kill(&kill, false);
-                        }
-                    }
+                    Ok(Ok(n)) => self.take_record(&mut parser, &buf[..n], false),
                     // The ring buffer overwrote records we had not read; the next read goes
                     // on from the oldest one left.
                     Ok(Err(e)) if e.raw_os_error() == Some(libc::EPIPE) => {
@@ -121,6 +113,13 @@ impl Watcher {
                 }
             }
             tokio::task::yield_now().await;
+        }
+    }
+
+    /// One record of the kernel log, read before the start (`earlier`) or since.
+    fn take_record(&self, parser: &mut OomParser, record: &[u8], earlier: bool) {
+        if let Some(kill) = record_message(record).and_then(|m| parser.push(m)) {
+            self.on_kill(&kill, earlier);
         }
     }
 
