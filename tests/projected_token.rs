@@ -73,13 +73,7 @@ async fn projected_tokens_are_bound_and_accepted() {
         },
     }))
     .unwrap();
-    let uid = pods
-        .create(&PostParams::default(), &pod)
-        .await
-        .unwrap()
-        .metadata
-        .uid
-        .unwrap();
+    let uid = create_pod(&pods, &pod).await;
     wait_async(Duration::from_secs(60), "the pod to run", || async {
         let p = pods.get(POD).await.ok()?;
         (p.status?.phase.as_deref() == Some("Running")).then_some(())

@@ -241,13 +241,7 @@ async fn a_finished_pods_volumes_left_held_are_released_after_a_restart() {
         },
     }))
     .unwrap();
-    let uid = pods
-        .create(&PostParams::default(), &pod)
-        .await
-        .unwrap()
-        .metadata
-        .uid
-        .unwrap();
+    let uid = create_pod(&pods, &pod).await;
     wait_phase(&pods, FINISHED_POD, "Succeeded", Duration::from_secs(60)).await;
     let volumes = k.root_dir.join("pods").join(&uid).join("volumes");
     wait_for(Duration::from_secs(30), "the volumes released", || {
@@ -395,8 +389,7 @@ async fn pods_deleted_or_ended_while_down_are_cleaned_up_and_reported() {
         sleeper_pod(deleted, "Always", "sleep 3600"),
         sleeper_pod(ended, "Never", "sleep 6; exit 0"),
     ] {
-        let created = pods.create(&PostParams::default(), &pod).await.unwrap();
-        uids.push(created.metadata.uid.unwrap());
+        uids.push(create_pod(&pods, &pod).await);
     }
     for name in [deleted, ended] {
         wait_phase(&pods, name, "Running", Duration::from_secs(60)).await;

@@ -128,13 +128,7 @@ async fn written_volumes_follow_their_sources() {
         },
     }))
     .unwrap();
-    let uid = pods
-        .create(&PostParams::default(), &pod)
-        .await
-        .unwrap()
-        .metadata
-        .uid
-        .unwrap();
+    let uid = create_pod(&pods, &pod).await;
 
     let first = wait_for(Duration::from_secs(90), "the first tick", || {
         last_tick(&k, POD, &uid)

@@ -628,3 +628,15 @@ pub async fn wait_phase(
     })
     .await
 }
+
+/// Creates `pod` through the API server; returns the UID it was given.
+pub async fn create_pod(
+    pods: &kube::Api<k8s_openapi::api::core::v1::Pod>,
+    pod: &k8s_openapi::api::core::v1::Pod,
+) -> String {
+    let created = pods
+        .create(&kube::api::PostParams::default(), pod)
+        .await
+        .unwrap_or_else(|e| panic!("create pod {:?}: {e}", pod.metadata.name));
+    created.metadata.uid.expect("a created pod has a UID")
+}
