@@ -21,17 +21,27 @@ fn running(p: &Pod) -> bool {
     p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
 }
 
+/// The API a mirror test works with, and the name of static pod `static_name`'s mirror pod on
+/// `node`, which a run before may have left and is deleted first.
+async fn without_mirror(
+    static_name: &str,
+    node: &str,
+) -> (kube::Client, Api<Pod>, Api<Node>, String) {
+    let client = admin_client().await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let nodes: Api<Node> = Api::all(client.clone());
+    let name = format!("{static_name}-{node}");
+    let _ = pods
+        .delete(&name, &DeleteParams::default().grace_period(0))
+        .await;
+    (client, pods, nodes, name)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[allow(clippy::await_holding_lock)]
 async fn static_pods_have_mirror_pods_and_events() {
     let _guard = serial();
-    let client = admin_client().await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let nodes: Api<Node> = Api::all(client.clone());
-    let name = format!("{STATIC}-{MIRROR_NODE}");
-    let _ = pods
-        .delete(&name, &DeleteParams::default().grace_period(0))
-        .await;
+    let (client, pods, nodes, name) = without_mirror(STATIC, MIRROR_NODE).await;
 
     let mut k = Kubelet::new("mirror");
     k.write_manifest(
@@ -168,13 +178,7 @@ async fn running_mirror(pods: &Api<Pod>, name: &str, not_uid: Option<&str>) -> P
 #[allow(clippy::await_holding_lock)]
 async fn mirror_pods_of_static_pods_removed_while_down_go_after_a_restart() {
     let _guard = serial();
-    let client = admin_client().await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let nodes: Api<Node> = Api::all(client.clone());
-    let name = format!("{RESTART_STATIC}-{RESTART_NODE}");
-    let _ = pods
-        .delete(&name, &DeleteParams::default().grace_period(0))
-        .await;
+    let (_, pods, nodes, name) = without_mirror(RESTART_STATIC, RESTART_NODE).await;
     let script =
         |tag: &str| format!("trap 'exit 0' TERM; echo {tag}; while true; do sleep 1; done");
 
@@ -354,13 +358,7 @@ exec "$@""#;
 #[allow(clippy::await_holding_lock)]
 async fn mirror_pod_of_the_upstream_kubelet_goes_when_ours_takes_over_without_its_manifest() {
     let _guard = serial();
-    let client = admin_client().await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let nodes: Api<Node> = Api::all(client.clone());
-    let name = format!("{SWAP_STATIC}-{SWAP_NODE}");
-    let _ = pods
-        .delete(&name, &DeleteParams::default().grace_period(0))
-        .await;
+    let (_, pods, nodes, name) = without_mirror(SWAP_STATIC, SWAP_NODE).await;
 
     let mut k = Kubelet::new("mirror-swap");
     k.write_manifest(
