@@ -9,12 +9,12 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::qos::{CPU, HUGEPAGES_PREFIX, MEMORY};
 use super::resources::milli_cpu_to_shares;
 use super::{CgroupManager, PodResources};
 use crate::cli::Settings;
 use crate::events::{EventRecorder, EventType};
 use crate::host::MachineFacts;
+use crate::pod::qos::{CPU, HUGEPAGES_PREFIX, MEMORY};
 use crate::quantity::{self, Amount, NANO, Style};
 
 pub const PODS: &str = "pods";

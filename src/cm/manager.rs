@@ -15,8 +15,8 @@ use super::driver::{self, CgroupDriver};
 use super::layout::CgroupVersion;
 use super::layout::Layout;
 use super::name::CgroupName;
-use super::qos::{QosClass, pod_qos_class};
 use super::resources::{MIN_SHARES, PodCgroupOptions, PodResources, pod_resources};
+use crate::pod::qos::{QosClass, pod_qos_class};
 
 pub const KUBEPODS: &str = "kubepods";
 pub const BURSTABLE: &str = "burstable";

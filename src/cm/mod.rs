@@ -1,4 +1,4 @@
-//! Container management: QoS classes, pod cgroups (the cgroupfs and systemd drivers, each on
+//! Container management: pod cgroups (the cgroupfs and systemd drivers, each on
 //! cgroup v1 and v2) and node allocatable.
 
 pub mod allocatable;
@@ -7,14 +7,12 @@ mod fs;
 pub mod layout;
 pub mod manager;
 pub mod name;
-pub mod qos;
 pub mod resources;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use manager::CgroupManager;
-pub use qos::{QosClass, qos_class};
 pub use resources::{PodCgroupOptions, PodResources};
 
 use crate::quantity::QuantityError;

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::PodSpec;
 
-use super::qos::{
+use crate::pod::qos::{
     CPU, HUGEPAGES_PREFIX, MEMORY, QosClass, limit_declared_everywhere, pod_limits, pod_requests,
     qos_class,
 };

@@ -337,7 +337,7 @@ impl Manager {
         rank::rank(&mut candidates, threshold.signal, self.dedicated_image_fs);
         let order: Vec<String> = candidates
             .iter()
-            .map(|c| crate::sources::pod_full_name(&c.pod))
+            .map(|c| crate::pod::pod_full_name(&c.pod))
             .collect();
         info!(pods = ?order, "Eviction manager: pods ranked for eviction");
         for c in &candidates {
@@ -434,7 +434,7 @@ impl Manager {
         grace: i64,
         signal: &str,
     ) -> bool {
-        let name = crate::sources::pod_full_name(pod);
+        let name = crate::pod::pod_full_name(pod);
         if is_critical(pod) {
             error!(pod = %name, evictionMessage = %failure.message, "Eviction manager: cannot evict a critical pod");
             return false;

@@ -30,7 +30,7 @@ fn priority(pod: &Pod) -> i32 {
 fn request(pod: &Pod, resource: &str) -> i64 {
     pod.spec
         .as_ref()
-        .and_then(|s| crate::cm::qos::pod_requests(s).ok())
+        .and_then(|s| crate::pod::qos::pod_requests(s).ok())
         .and_then(|t| t.get(resource).copied())
         .and_then(Amount::units)
         .unwrap_or(0)

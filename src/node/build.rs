@@ -15,9 +15,9 @@ use serde_json::{Map, Value, json};
 use super::NodeSettings;
 use crate::cm::allocatable;
 pub use crate::cm::allocatable::{EPHEMERAL_STORAGE, PODS};
-pub use crate::cm::qos::{CPU, HUGEPAGES_PREFIX, MEMORY};
 use crate::cri::api;
 use crate::host::MachineFacts;
+pub use crate::pod::qos::{CPU, HUGEPAGES_PREFIX, MEMORY};
 use crate::quantity::{self, Amount, Style};
 
 pub const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";

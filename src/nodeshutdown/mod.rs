@@ -199,7 +199,7 @@ impl Manager {
             let own = spec.and_then(|s| s.termination_grace_period_seconds);
             Some(Target {
                 uid: uid.to_string(),
-                name: crate::sources::pod_full_name(pod),
+                name: crate::pod::pod_full_name(pod),
                 group: groups::index_for(groups, priority),
                 own_grace: own,
             })

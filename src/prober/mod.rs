@@ -5,121 +5,20 @@
 //! restarted. Workers read the pod's container IDs and IP from the status store, like
 //! upstream's read the status manager.
 
-mod exec;
-mod grpc;
-pub mod http;
 pub mod results;
-mod tcp;
 mod worker;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use k8s_openapi::api::core::v1::{Container, Pod, Probe};
+use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::cri::RuntimeClient;
 use crate::events::EventRecorder;
+use crate::probe::{ProbeKind, Verdicts};
 use crate::status::StatusStore;
-pub use results::Verdicts;
-pub use worker::resolve_port;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ProbeKind {
-    Liveness,
-    Readiness,
-    Startup,
-}
-
-impl ProbeKind {
-    pub const ALL: [ProbeKind; 3] = [
-        ProbeKind::Liveness,
-        ProbeKind::Readiness,
-        ProbeKind::Startup,
-    ];
-
-    /// As upstream names it in events and metrics.
-    pub fn name(self) -> &'static str {
-        match self {
-            ProbeKind::Liveness => "Liveness",
-            ProbeKind::Readiness => "Readiness",
-            ProbeKind::Startup => "Startup",
-        }
-    }
-
-    pub fn of(self, c: &Container) -> Option<&Probe> {
-        match self {
-            ProbeKind::Liveness => c.liveness_probe.as_ref(),
-            ProbeKind::Readiness => c.readiness_probe.as_ref(),
-            ProbeKind::Startup => c.startup_probe.as_ref(),
-        }
-    }
-
-    /// What a container is taken to be before its first verdict: not ready, alive, and not
-    /// started (upstream's initial values).
-    fn initial(self) -> Outcome {
-        match self {
-            ProbeKind::Readiness => Outcome::Failure,
-            ProbeKind::Liveness => Outcome::Success,
-            ProbeKind::Startup => Outcome::Unknown,
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    Success,
-    Failure,
-    Unknown,
-}
-
-/// Upstream keeps at most 10 KiB of a probe's output.
-const MAX_OUTPUT: usize = 10 * 1024;
-
-fn cap_output(bytes: &[u8]) -> String {
-    let end = bytes.len().min(MAX_OUTPUT);
-    String::from_utf8_lossy(&bytes[..end]).into_owned()
-}
-
-pub fn join_host_port(host: &str, port: u16) -> String {
-    if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    }
-}
-
-/// What the probes say a container is, given its spec and verdicts.
-pub struct ProbeView {
-    pub ready: bool,
-    pub started: bool,
-}
-
-/// Upstream's rules: a running container without probes is started and ready; a startup
-/// probe holds both until it succeeds; a readiness probe decides readiness after that.
-pub fn view(spec: &Container, running: bool, verdicts: Option<&Verdicts>) -> ProbeView {
-    let v = verdicts.copied().unwrap_or_default();
-    let started = running && (spec.startup_probe.is_none() || v.startup == Some(Outcome::Success));
-    let ready =
-        started && (spec.readiness_probe.is_none() || v.readiness == Some(Outcome::Success));
-    ProbeView { ready, started }
-}
-
-/// Why a running container must be restarted, with upstream's message, if its liveness or
-/// startup probe failed; and the probe's own grace period for the stop, if it sets one.
-pub fn restart_reason(c: &Container, verdicts: Option<&Verdicts>) -> Option<(String, Option<i64>)> {
-    let v = verdicts?;
-    let (kind, probe) = if v.startup == Some(Outcome::Failure) {
-        ("startup", c.startup_probe.as_ref())
-    } else if v.liveness == Some(Outcome::Failure) {
-        ("liveness", c.liveness_probe.as_ref())
-    } else {
-        return None;
-    };
-    let grace = probe.and_then(|p| p.termination_grace_period_seconds);
-    Some((format!("Container {} failed {kind} probe", c.name), grace))
-}
 
 pub struct ProbeManager {
     cri: RuntimeClient,
@@ -181,7 +80,7 @@ impl ProbeManager {
             .unwrap_or(&[])
             .iter()
             .enumerate()
-            .filter(|(_, c)| crate::runtime::sidecars::is_sidecar(c))
+            .filter(|(_, c)| crate::pod::is_sidecar(c))
             .map(|(i, c)| (i, c, true));
         let probed: Vec<(usize, ProbeKind, bool)> = containers
             .iter()

@@ -4,24 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
-use super::{Outcome, ProbeKind};
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Verdicts {
-    pub liveness: Option<Outcome>,
-    pub readiness: Option<Outcome>,
-    pub startup: Option<Outcome>,
-}
-
-impl Verdicts {
-    fn slot(&mut self, kind: ProbeKind) -> &mut Option<Outcome> {
-        match kind {
-            ProbeKind::Liveness => &mut self.liveness,
-            ProbeKind::Readiness => &mut self.readiness,
-            ProbeKind::Startup => &mut self.startup,
-        }
-    }
-}
+use crate::probe::{Outcome, ProbeKind, Verdicts};
 
 /// Bounded by the containers the workers watch: a worker removes its entry when its
 /// container is replaced and when it stops.

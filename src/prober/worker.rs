@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, Probe};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, debug, warn};
+use tracing::{Instrument, debug};
 
-use super::{Outcome, ProbeKind, ProbeManager};
+use super::ProbeManager;
 use crate::events::EventType;
+use crate::probe::{Outcome, ProbeKind};
 
 pub struct Worker {
     manager: Arc<ProbeManager>,
@@ -48,27 +48,6 @@ fn timing(p: &Probe) -> Timing {
         initial_delay: seconds(p.initial_delay_seconds, 0, 0),
         success_threshold: p.success_threshold.unwrap_or(1).max(1) as u32,
         failure_threshold: p.failure_threshold.unwrap_or(3).max(1) as u32,
-    }
-}
-
-/// A probe's port: a number, or the name of one of the container's ports.
-pub fn resolve_port(port: &IntOrString, c: &Container) -> Result<u16, String> {
-    match port {
-        IntOrString::Int(n) => u16::try_from(*n)
-            .ok()
-            .filter(|n| *n > 0)
-            .ok_or_else(|| format!("invalid port number: {n}")),
-        IntOrString::String(name) => {
-            if let Ok(n) = name.parse::<u16>() {
-                return Ok(n);
-            }
-            c.ports
-                .iter()
-                .flatten()
-                .find(|p| p.name.as_deref() == Some(name.as_str()))
-                .and_then(|p| u16::try_from(p.container_port).ok())
-                .ok_or_else(|| format!("couldn't find port: {name:?} in {}", c.name))
-        }
     }
 }
 
@@ -242,10 +221,10 @@ impl Worker {
         }
 
         let span = self.start_span(uid, id, &spec.name);
-        let (outcome, output) = self
-            .probe_once(probe, &spec, &status, id, t.timeout)
-            .instrument(span.clone())
-            .await;
+        let (outcome, output) =
+            crate::probe::run_once(&self.manager.cri, probe, &spec, &status, id, t.timeout)
+                .instrument(span.clone())
+                .await;
         span.record(
             "probe.result",
             match outcome {
@@ -321,72 +300,11 @@ impl Worker {
         crate::telemetry::trace::propagate::set_parent(&span, parent);
         span
     }
-
-    async fn probe_once(
-        &self,
-        probe: &Probe,
-        spec: &Container,
-        status: &k8s_openapi::api::core::v1::PodStatus,
-        container_id: &str,
-        timeout: Duration,
-    ) -> (Outcome, String) {
-        let pod_ip = status.pod_ip.clone().unwrap_or_default();
-        if let Some(e) = &probe.exec {
-            let cmd = e.command.clone().unwrap_or_default();
-            return super::exec::run(&self.manager.cri, container_id, cmd, timeout).await;
-        }
-        if let Some(h) = &probe.http_get {
-            let port = match resolve_port(&h.port, spec) {
-                Ok(p) => p,
-                Err(e) => return (Outcome::Failure, e),
-            };
-            let target = super::http::Target::of(h, &pod_ip, port);
-            return super::http::run(target, timeout).await;
-        }
-        if let Some(tcp) = &probe.tcp_socket {
-            let port = match resolve_port(&tcp.port, spec) {
-                Ok(p) => p,
-                Err(e) => return (Outcome::Failure, e),
-            };
-            let host = tcp.host.clone().filter(|h| !h.is_empty()).unwrap_or(pod_ip);
-            return super::tcp::run(&host, port, timeout).await;
-        }
-        if let Some(g) = &probe.grpc {
-            let Ok(port) = u16::try_from(g.port) else {
-                return (Outcome::Failure, format!("invalid port number: {}", g.port));
-            };
-            let service = g.service.clone().unwrap_or_default();
-            return super::grpc::run(&pod_ip, port, &service, timeout).await;
-        }
-        warn!(container = %spec.name, "Probe has no handler");
-        (Outcome::Unknown, "missing probe handler".into())
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::ContainerPort;
-
-    #[test]
-    fn ports_by_number_or_name() {
-        let c = Container {
-            name: "c".into(),
-            ports: Some(vec![ContainerPort {
-                name: Some("http".into()),
-                container_port: 8080,
-                ..Default::default()
-            }]),
-            ..Default::default()
-        };
-        assert_eq!(resolve_port(&IntOrString::Int(80), &c), Ok(80));
-        assert_eq!(
-            resolve_port(&IntOrString::String("http".into()), &c),
-            Ok(8080)
-        );
-        assert!(resolve_port(&IntOrString::String("nope".into()), &c).is_err());
-        assert!(resolve_port(&IntOrString::Int(0), &c).is_err());
-    }
 
     #[test]
     fn timing_defaults_follow_upstream() {

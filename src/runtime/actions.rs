@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-use crate::prober::{self, Verdicts};
+use crate::probe::{self, Verdicts};
 use crate::runtime::backoff::Backoff;
 use crate::runtime::labels::{container_hash, hash_matches};
 use crate::runtime::observed::{ContainerInfo, ContainerState, ObservedPod};
@@ -203,7 +203,7 @@ fn sandbox_and_container_actions(
             })
         });
     // With sidecars the init sequence has rules of its own (see sidecars.rs).
-    let with_sidecars = sidecars::has_sidecars(pod);
+    let with_sidecars = crate::pod::has_sidecars(pod);
     if with_sidecars
         && !sidecars::init_actions(
             pod,
@@ -318,7 +318,7 @@ fn sandbox_and_container_actions(
                         restart_count: s.attempt + 1,
                         backoff_key: None,
                     });
-                } else if let Some((why, grace)) = prober::restart_reason(c, probes.get(&s.id)) {
+                } else if let Some((why, grace)) = probe::restart_reason(c, probes.get(&s.id)) {
                     // Stopped now; restarted (with the usual backoff) if the policy allows,
                     // like any container that exits.
                     let message = if policy == RestartPolicy::Never {
@@ -455,7 +455,7 @@ mod tests {
 
     #[test]
     fn failed_liveness_or_startup_stops_the_container() {
-        use crate::prober::Outcome;
+        use crate::probe::Outcome;
         let obs = ObservedPod {
             uid: "uid1".into(),
             sandboxes: vec![sandbox(true, 0)],

@@ -4,13 +4,13 @@ use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-use crate::cm::QosClass;
 use crate::cm::resources::{milli_cpu_to_quota, milli_cpu_to_shares};
 use crate::cri::api;
+use crate::pod::paths;
+use crate::pod::qos::QosClass;
 use crate::quantity::{parse_bytes, parse_cpu_millis};
 use crate::runtime::env::{self, EnvError, PodFacts};
 use crate::runtime::labels;
-use crate::runtime::paths;
 use crate::runtime::sandbox::namespace_options;
 
 /// Paths the runtime hides or makes read-only in unprivileged containers (upstream's defaults).

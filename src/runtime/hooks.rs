@@ -7,7 +7,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 
 use crate::cri::RuntimeClient;
-use crate::prober;
+use crate::probe;
 
 /// How long an exec or HTTP hook may take when nothing else bounds it (a postStart hook):
 /// upstream gives exec hooks no limit of their own; we keep every external call bounded.
@@ -77,9 +77,9 @@ pub async fn run(
                 pod_name(pod)
             )
         };
-        let port = prober::resolve_port(&h.port, container).map_err(failed)?;
-        let target = prober::http::Target::of(h, pod_ip, port);
-        return prober::http::hook_get(target, limit).await.map_err(failed);
+        let port = probe::resolve_port(&h.port, container).map_err(failed)?;
+        let target = probe::http::Target::of(h, pod_ip, port);
+        return probe::http::hook_get(target, limit).await.map_err(failed);
     }
     if let Some(s) = &handler.sleep {
         let wanted = Duration::from_secs(u64::try_from(s.seconds).unwrap_or(0));

@@ -10,12 +10,10 @@ pub mod env;
 pub mod env_sources;
 pub mod ephemeral;
 mod hooks;
-pub mod hostname;
 pub mod images;
 pub mod labels;
 mod metrics;
 pub mod observed;
-pub mod paths;
 pub mod pull_secrets;
 pub mod resize;
 pub mod runtime_class;
@@ -38,9 +36,11 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use tracing::field::Empty;
 use tracing::{Instrument, debug, info_span, warn};
 
-use crate::cm::{CgroupManager, QosClass, qos_class};
+use crate::cm::CgroupManager;
 use crate::cri::{CriError, RuntimeClient, api};
 use crate::events::{EventRecorder, EventType};
+use crate::pod::qos::{QosClass, qos_class};
+use crate::pod::{hostname, paths, pod_uid};
 use crate::telemetry::trace::TARGET;
 use actions::{ContainerKind, PodActions, StartAction, compute_pod_actions};
 use backoff::Backoff;
@@ -174,10 +174,6 @@ struct AckedPod {
 
 /// How long a failed sandbox or CRI step waits before the worker tries again.
 const RETRY_AFTER_ERROR: Duration = Duration::from_secs(5);
-
-fn pod_uid(pod: &Pod) -> &str {
-    pod.metadata.uid.as_deref().unwrap_or_default()
-}
 
 /// Upstream never stops a container with less than this, so SIGTERM always comes first.
 pub const MIN_GRACE_SECONDS: i64 = 2;
@@ -331,7 +327,7 @@ impl RuntimeManager {
         observed: &ObservedPod,
         backoff: &mut Backoff,
         volumes: &PodVolumes,
-        probes: &HashMap<String, crate::prober::Verdicts>,
+        probes: &HashMap<String, crate::probe::Verdicts>,
     ) -> Result<SyncOutcome, RuntimeError> {
         let now = SystemTime::now();
         let mut actions = compute_pod_actions(pod, observed, backoff, probes, now);
@@ -407,7 +403,7 @@ impl RuntimeManager {
                 Ok(true) => outcome.requeue(Duration::ZERO),
                 Ok(false) => {}
                 Err(message) => {
-                    warn!(pod = %crate::sources::pod_full_name(pod), %message, "Pod resize failed");
+                    warn!(pod = %crate::pod::pod_full_name(pod), %message, "Pod resize failed");
                     outcome.resize_error = Some(message);
                     outcome.requeue(RETRY_AFTER_ERROR);
                 }

@@ -8,8 +8,9 @@ use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-use crate::cm::{PodCgroupOptions, PodResources, QosClass};
+use crate::cm::{PodCgroupOptions, PodResources};
 use crate::cri::api;
+use crate::pod::qos::QosClass;
 use crate::runtime::actions::{ContainerKind, KillAction, PodActions, StartAction};
 use crate::runtime::container::container_resources;
 use crate::runtime::labels::hash_matches;

@@ -5,33 +5,9 @@ use std::path::Path;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::cri::api;
+use crate::pod::paths;
 use crate::runtime::dns::{DnsSettings, pod_dns_config};
 use crate::runtime::labels;
-use crate::runtime::paths;
-
-/// Hostnames are DNS labels: at most 63 bytes, no trailing '-' or '.' after truncation.
-fn truncate_hostname(name: &str) -> String {
-    let mut h: String = name.chars().take(63).collect();
-    while h.ends_with(['-', '.']) {
-        h.pop();
-    }
-    h
-}
-
-/// The hostname the sandbox gets. Host-network pods share the node's UTS namespace, where
-/// the runtime must not set one, so they get none (like upstream).
-pub fn pod_hostname(pod: &Pod) -> String {
-    let spec = pod.spec.as_ref();
-    if spec.and_then(|s| s.host_network).unwrap_or(false) {
-        return String::new();
-    }
-    let name = spec
-        .and_then(|s| s.hostname.as_deref())
-        .filter(|h| !h.is_empty())
-        .or(pod.metadata.name.as_deref())
-        .unwrap_or_default();
-    truncate_hostname(name)
-}
 
 pub fn namespace_options(pod: &Pod) -> api::NamespaceOption {
     let spec = pod.spec.as_ref();
@@ -118,7 +94,7 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, p: &SandboxParams<'_>) -> api::Po
             namespace,
             attempt,
         }),
-        hostname: pod_hostname(pod),
+        hostname: crate::pod::hostname::pod_hostname(pod),
         log_directory: log_dir.to_string_lossy().into_owned(),
         dns_config: Some(pod_dns_config(pod, p.dns)),
         port_mappings,
@@ -191,20 +167,6 @@ mod tests {
         };
         assert_eq!(supplemental_groups(Some(&psc)), vec![1001, 5, 6]);
     }
-    use k8s_openapi::api::core::v1::PodSpec;
-
-    #[test]
-    fn hostname_is_truncated_label() {
-        let mut pod = Pod::default();
-        pod.metadata.name = Some(format!("{}-x", "a".repeat(62)));
-        assert_eq!(pod_hostname(&pod), "a".repeat(62));
-        pod.spec = Some(PodSpec {
-            host_network: Some(true),
-            ..Default::default()
-        });
-        assert_eq!(pod_hostname(&pod), "");
-    }
-
     #[test]
     fn sandbox_carries_identity_and_log_dir() {
         let mut pod = Pod::default();

@@ -10,37 +10,16 @@
 use std::collections::{HashMap, HashSet};
 use std::time::SystemTime;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::Pod;
 
-use crate::prober::{Outcome, Verdicts};
+use crate::pod::{init_containers, is_sidecar, is_sidecar_name};
+use crate::probe::{Outcome, Verdicts};
 use crate::runtime::actions::{
     ContainerKind, KillAction, PodActions, RestartPolicy, StartAction, restart_or_wait,
 };
 use crate::runtime::backoff::Backoff;
 use crate::runtime::labels::hash_matches;
 use crate::runtime::observed::{ContainerState, ObservedPod};
-
-/// An init container that keeps running beside the app containers.
-pub fn is_sidecar(c: &Container) -> bool {
-    c.restart_policy.as_deref() == Some("Always")
-}
-
-fn init_containers(pod: &Pod) -> &[Container] {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.init_containers.as_deref())
-        .unwrap_or(&[])
-}
-
-pub fn has_sidecars(pod: &Pod) -> bool {
-    init_containers(pod).iter().any(is_sidecar)
-}
-
-pub fn is_sidecar_name(pod: &Pod, name: &str) -> bool {
-    init_containers(pod)
-        .iter()
-        .any(|c| c.name == name && is_sidecar(c))
-}
 
 /// What the init sequence of a pod with sidecars needs next; true once the pod is initialized
 /// (the app containers may run). `fresh` says the sandbox is being (re)created, so every
@@ -271,7 +250,7 @@ mod tests {
     use super::*;
     use crate::runtime::labels::container_hash;
     use crate::runtime::observed::{ContainerInfo, SandboxInfo};
-    use k8s_openapi::api::core::v1::{PodSpec, Probe};
+    use k8s_openapi::api::core::v1::{Container, PodSpec, Probe};
     use std::time::Duration;
 
     fn container(name: &str, sidecar: bool) -> Container {

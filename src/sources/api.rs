@@ -19,7 +19,8 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::{API_SOURCE, CONFIG_MIRROR_ANNOTATION, MirrorPod, SourceUpdate, annotation, pod_uid};
+use super::{API_SOURCE, CONFIG_MIRROR_ANNOTATION, MirrorPod, SourceUpdate, annotation};
+use crate::pod::pod_uid;
 
 /// Server-side watch timeout; the client read timeout is longer.
 const WATCH_TIMEOUT_SECS: u32 = 290;

@@ -25,8 +25,9 @@ use super::defaults::apply_api_defaults;
 use super::validation::{FieldError, FieldErrorKind, FieldErrors, validate_pod};
 use super::{
     CONFIG_HASH_ANNOTATION, CONFIG_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION, FILE_SOURCE,
-    SourceUpdate, pod_full_name, pod_uid,
+    SourceUpdate,
 };
+use crate::pod::{pod_full_name, pod_uid};
 
 /// Bursts of inotify events (an editor save, `cp -r` of many manifests) become one relist.
 const DEBOUNCE: Duration = Duration::from_millis(100);

@@ -14,8 +14,9 @@ use tracing::{debug, info, warn};
 
 use super::{
     API_SOURCE, CONFIG_HASH_ANNOTATION, CONFIG_MIRROR_ANNOTATION, CONFIG_SEEN_ANNOTATION,
-    CONFIG_SOURCE_ANNOTATION, SourceUpdate, StaticPods, annotation, pod_full_name, pod_uid,
+    CONFIG_SOURCE_ANNOTATION, SourceUpdate, StaticPods, annotation,
 };
+use crate::pod::{pod_full_name, pod_uid};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum PodUpdate {

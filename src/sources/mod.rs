@@ -142,19 +142,6 @@ pub struct SourceUpdate {
     pub pods: Vec<Pod>,
 }
 
-/// `<name>_<namespace>`, the key upstream uses in logs and for static/mirror pod matching.
-pub fn pod_full_name(pod: &Pod) -> String {
-    format!(
-        "{}_{}",
-        pod.metadata.name.as_deref().unwrap_or_default(),
-        pod.metadata.namespace.as_deref().unwrap_or_default()
-    )
-}
-
-pub fn pod_uid(pod: &Pod) -> &str {
-    pod.metadata.uid.as_deref().unwrap_or_default()
-}
-
 pub fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
     pod.metadata
         .annotations
@@ -190,14 +177,6 @@ mod tests {
             )]));
         }
         p
-    }
-
-    #[test]
-    fn full_name_and_uid() {
-        let p = pod(None);
-        assert_eq!(pod_full_name(&p), "web-node1_kube-system");
-        assert_eq!(pod_uid(&p), "abc");
-        assert_eq!(pod_uid(&Pod::default()), "");
     }
 
     #[test]

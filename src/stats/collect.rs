@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Pod;
 use tracing::{debug, info};
 
 use crate::cri::api;
-use crate::runtime::paths;
+use crate::pod::paths;
 
 use super::assemble::{self, Collected, FsView, Inputs, Rates, VolumeReading};
 use super::fs::FsInfo;

@@ -101,7 +101,7 @@ impl StatsProvider {
             cgroups,
             status,
             root_dir,
-            pod_logs_dir: PathBuf::from(crate::runtime::paths::POD_LOGS_ROOT),
+            pod_logs_dir: PathBuf::from(crate::pod::paths::POD_LOGS_ROOT),
             node_name,
             kubepods,
             rates: rate::CpuRates::default(),

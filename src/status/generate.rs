@@ -9,8 +9,9 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::cm::qos_class;
-use crate::prober::{self, Verdicts};
+use crate::pod::is_sidecar;
+use crate::pod::qos::qos_class;
+use crate::probe::{self, Verdicts};
 use crate::runtime::Waiting;
 use crate::runtime::actions::RestartPolicy;
 use crate::runtime::observed::{ContainerInfo, ContainerState, ObservedPod};
@@ -132,7 +133,7 @@ pub(super) fn container_status(
         let done = state.terminated.as_ref().is_some_and(|t| t.exit_code == 0);
         (done, running)
     } else {
-        let view = prober::view(spec, running, newest.and_then(|n| input.probes.get(&n.id)));
+        let view = probe::view(spec, running, newest.and_then(|n| input.probes.get(&n.id)));
         (view.ready, view.started)
     };
     let (allocated_resources, resources) = super::resize::container_resources(
@@ -241,10 +242,6 @@ pub fn pod_phase(
         };
     }
     "Pending"
-}
-
-fn is_sidecar(c: &Container) -> bool {
-    crate::runtime::sidecars::is_sidecar(c)
 }
 
 /// Whether an init container has done its part: completed, or for a sidecar, started.
@@ -692,7 +689,7 @@ mod tests {
 
     #[test]
     fn sidecars_gate_initialization_and_count_towards_readiness() {
-        use crate::prober::Outcome;
+        use crate::probe::Outcome;
         use k8s_openapi::api::core::v1::Probe;
         let mut p = pod("Never");
         p.spec.as_mut().unwrap().init_containers = Some(vec![

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::cm::qos::pod_requests;
+use crate::pod::qos::pod_requests;
 
 /// What the node offers pods.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -186,7 +186,8 @@ pub fn admit_under_pressure(
     }
     if names == ["MemoryPressure"] {
         let spec = pod.spec.clone().unwrap_or_default();
-        let best_effort = crate::cm::qos::qos_class(&spec) == crate::cm::qos::QosClass::BestEffort;
+        let best_effort =
+            crate::pod::qos::qos_class(&spec) == crate::pod::qos::QosClass::BestEffort;
         let tolerates = spec.tolerations.iter().flatten().any(|t| {
             let key_ok = match t.key.as_deref() {
                 None | Some("") => t.operator.as_deref() == Some("Exists"),

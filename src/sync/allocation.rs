@@ -16,7 +16,7 @@ use tracing::warn;
 
 use super::admission::{self, Allocatable};
 use super::allocation_checkpoint as checkpoint;
-use crate::cm::qos::pod_qos_class;
+use crate::pod::qos::pod_qos_class;
 use crate::status::ResizePending;
 
 pub const DEFERRED: &str = "Deferred";

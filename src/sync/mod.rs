@@ -26,7 +26,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::pleg::{RuntimePod, RuntimePods};
-use crate::sources::{PodUpdate, pod_full_name};
+use crate::pod::pod_full_name;
+use crate::sources::PodUpdate;
 use worker::{Desired, WorkerContext, WorkerHandle};
 
 const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);

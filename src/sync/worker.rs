@@ -13,7 +13,8 @@ use tracing::{Instrument, info, info_span, warn};
 use super::{deadline, spans};
 use crate::events::EventType;
 use crate::eviction::Eviction;
-use crate::prober::{ProbeManager, Verdicts};
+use crate::probe::Verdicts;
+use crate::prober::ProbeManager;
 use crate::runtime::backoff::Backoff;
 use crate::runtime::observed::ObservedPod;
 use crate::runtime::{RuntimeManager, SyncOutcome, Waiting};
@@ -82,9 +83,7 @@ impl WorkerHandle {
     ) -> Self {
         let terminating = matches!(desired, Desired::Terminate { .. });
         let full_name = match &desired {
-            Desired::Run(pod) | Desired::Terminate { pod, .. } => {
-                crate::sources::pod_full_name(pod)
-            }
+            Desired::Run(pod) | Desired::Terminate { pod, .. } => crate::pod::pod_full_name(pod),
         };
         let (desired_tx, desired_rx) = watch::channel(desired);
         let (eviction_tx, eviction_rx) = watch::channel(None);

@@ -33,7 +33,7 @@ pub fn etc_hosts_content(
         out.push_str(
             "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n",
         );
-        let hostname = crate::runtime::sandbox::pod_hostname(pod);
+        let hostname = crate::pod::hostname::pod_hostname(pod);
         let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
         let domain = spec
             .and_then(|s| s.subdomain.as_deref())

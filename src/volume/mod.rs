@@ -92,7 +92,7 @@ impl PodVolumes {
     }
 }
 
-pub use crate::runtime::paths::pod_dir;
+pub use crate::pod::paths::pod_dir;
 
 pub fn volume_dir(pod_dir: &Path, plugin: &str, volume: &str) -> PathBuf {
     pod_dir.join("volumes").join(plugin).join(volume)

@@ -1,9 +1,31 @@
-//! `setHostnameAsFQDN`: the kernel hostname of a pod with a subdomain becomes its fully
-//! qualified name `<hostname>.<subdomain>.<namespace>.svc.<clusterDomain>`.
+//! A pod's hostname, and with `setHostnameAsFQDN` the kernel hostname of a pod with a
+//! subdomain: its fully qualified name `<hostname>.<subdomain>.<namespace>.svc.<clusterDomain>`.
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::runtime::sandbox::pod_hostname;
+/// Hostnames are DNS labels: at most 63 bytes, no trailing '-' or '.' after truncation.
+fn truncate_hostname(name: &str) -> String {
+    let mut h: String = name.chars().take(63).collect();
+    while h.ends_with(['-', '.']) {
+        h.pop();
+    }
+    h
+}
+
+/// The hostname the sandbox gets. Host-network pods share the node's UTS namespace, where
+/// the runtime must not set one, so they get none (like upstream).
+pub fn pod_hostname(pod: &Pod) -> String {
+    let spec = pod.spec.as_ref();
+    if spec.and_then(|s| s.host_network).unwrap_or(false) {
+        return String::new();
+    }
+    let name = spec
+        .and_then(|s| s.hostname.as_deref())
+        .filter(|h| !h.is_empty())
+        .or(pod.metadata.name.as_deref())
+        .unwrap_or_default();
+    truncate_hostname(name)
+}
 
 /// The kernel's nodename field holds 64 bytes plus the terminating NUL.
 const FQDN_MAX_LEN: usize = 64;
@@ -53,6 +75,18 @@ pub fn kernel_hostname(pod: &Pod, cluster_domain: &str) -> Result<String, Hostna
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[test]
+    fn hostname_is_truncated_label() {
+        let mut pod = Pod::default();
+        pod.metadata.name = Some(format!("{}-x", "a".repeat(62)));
+        assert_eq!(pod_hostname(&pod), "a".repeat(62));
+        pod.spec = Some(PodSpec {
+            host_network: Some(true),
+            ..Default::default()
+        });
+        assert_eq!(pod_hostname(&pod), "");
+    }
+
     use k8s_openapi::api::core::v1::PodSpec;
 
     fn pod(name: &str, sub: Option<&str>, fqdn: Option<bool>) -> Pod {

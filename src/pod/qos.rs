@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+use super::is_sidecar;
 use crate::quantity::{Amount, QuantityError};
 
 pub const CPU: &str = "cpu";
@@ -160,10 +161,6 @@ fn max_into(into: &mut Totals, from: &Totals) {
             *e = *v;
         }
     }
-}
-
-fn is_sidecar(c: &Container) -> bool {
-    c.restart_policy.as_deref() == Some("Always")
 }
 
 /// What the pod needs at its peak: regular containers and sidecars all run together, and each
