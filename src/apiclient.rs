@@ -98,11 +98,12 @@ pub async fn connect_with(
             .map_err(|source| ApiClientError::Client { path, source });
     };
     let provider = rustls::crypto::ring::default_provider();
-    let key = crate::certificate::pki::certified_key_from_pem(&cert_pem, &key_pem, &provider)
-        .map_err(|e| ApiClientError::Identity {
+    let key = crate::pki::certified_key_from_pem(&cert_pem, &key_pem, &provider).map_err(|e| {
+        ApiClientError::Identity {
             path: path.clone(),
             what: e.to_string(),
-        })?;
+        }
+    })?;
     let auth = &mut config.auth_info;
     auth.client_certificate = None;
     auth.client_certificate_data = None;
@@ -405,7 +406,7 @@ mod tests {
 
     #[tokio::test]
     async fn v1_client_certificate_and_v1_ca_from_an_embedded_kubeconfig() {
-        use crate::certificate::pki::testing::{TestCa, pem_of};
+        use crate::pki::testing::{TestCa, pem_of};
         use base64::Engine;
         let _ = rustls::crypto::ring::default_provider().install_default();
         // What `openssl x509 -req` without -extfile makes: a v1 CA and v1 client certificate.

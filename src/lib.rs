@@ -31,6 +31,7 @@ mod names;
 mod node;
 mod nodeshutdown;
 mod oom;
+mod pki;
 mod pleg;
 mod pod;
 mod podresources;

@@ -6,8 +6,7 @@
 //! client to reconnect: a kube::Client reads its certificate once, when built.
 
 mod bootstrap;
-pub(crate) mod der;
-pub mod pki;
+pub mod dynamic;
 pub mod serving;
 pub mod store;
 
@@ -25,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::apiclient::{self, ApiClientError};
+use crate::pki::{self, der};
 
 pub const SIGNER_NAME: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 /// Upstream requests these three for the kubelet's client certificate whatever the key type.

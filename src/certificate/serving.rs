@@ -18,8 +18,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::{CertError, CsrName, CsrRequest, jitter, rotation_deadline, store};
-use crate::server::tls::DynamicCert;
-use crate::server::tls::dynamic::load_pair;
+use crate::certificate::dynamic::DynamicCert;
+use crate::certificate::dynamic::load_pair;
 
 pub const SIGNER_NAME: &str = "kubernetes.io/kubelet-serving";
 /// Upstream v1.20 asks for these three whatever the key type; signers and approvers of that
@@ -42,7 +42,7 @@ struct Leaf {
 fn leaf(cert: &[u8]) -> Option<Leaf> {
     use x509_parser::extensions::GeneralName;
     let (_, c) = x509_parser::parse_x509_certificate(cert).ok()?;
-    let (not_before, not_after) = super::der::validity(cert)?;
+    let (not_before, not_after) = crate::pki::der::validity(cert)?;
     let mut dns_names = Vec::new();
     let mut ips = Vec::new();
     if let Ok(Some(san)) = c.subject_alternative_name() {
@@ -109,7 +109,7 @@ pub fn initial_pair(cert_dir: &Path, cert_file: &str, key_file: &str) -> Option<
             let expired = pair
                 .cert
                 .first()
-                .and_then(|c| super::der::validity(c))
+                .and_then(|c| crate::pki::der::validity(c))
                 .is_none_or(|(_, until)| until < Timestamp::now());
             if expired {
                 warn!(cert = %cert.display(), "Serving certificate in the store has expired; requesting a new one");
@@ -253,7 +253,7 @@ async fn request(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::certificate::pki::testing::{TestCa, pem_of};
+    use crate::pki::testing::{TestCa, pem_of};
 
     fn addr(t: &str, a: &str) -> NodeAddress {
         NodeAddress {
@@ -324,7 +324,7 @@ mod tests {
         .unwrap();
         let pair = initial_pair(dir.path(), "/nonexistent", "/nonexistent").unwrap();
         assert_eq!(pair.cert[0].as_ref(), der.as_slice());
-        let now = crate::certificate::pki::testing::now();
+        let now = crate::pki::testing::now();
         let (old, old_key) = ca.v1_leaf_valid("x", None, now - 100, now - 10);
         let old_path = dir.path().join("kubelet-server-current.pem");
         std::fs::remove_file(&old_path).unwrap();

@@ -32,7 +32,6 @@ use tracing::{debug, error, info, warn};
 use crate::cm::CgroupManager;
 use crate::cri::RuntimeClient;
 use crate::events::{EventRecorder, EventType};
-use crate::node::build::Pressure;
 use crate::stats::fs::FsProbe;
 use crate::stats::{Scope, StatsProvider};
 use crate::status::{PodFailure, StatusStore, has_finished};
@@ -53,6 +52,15 @@ const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
 /// How long an evicted pod is waited for before the next pass (upstream's podCleanupTimeout).
 const CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
 const CLEANUP_POLL: Duration = Duration::from_millis(250);
+
+/// What the eviction manager reports for the node's conditions; all false until its first
+/// pass.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pressure {
+    pub memory: bool,
+    pub disk: bool,
+    pub pid: bool,
+}
 
 /// A pod the sync loop must fail and stop with this grace period.
 #[derive(Clone, Debug)]

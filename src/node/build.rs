@@ -16,6 +16,7 @@ use super::NodeSettings;
 use crate::cm::allocatable;
 pub use crate::cm::allocatable::{EPHEMERAL_STORAGE, PODS};
 use crate::cri::api;
+use crate::eviction::Pressure;
 use crate::host::MachineFacts;
 pub use crate::pod::qos::{CPU, HUGEPAGES_PREFIX, MEMORY};
 use crate::quantity::{self, Amount, Style};
@@ -65,14 +66,6 @@ pub fn go_arch() -> &'static str {
         "loongarch64" => "loong64",
         other => other,
     }
-}
-
-/// What the eviction manager reports; all false until it exists.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Pressure {
-    pub memory: bool,
-    pub disk: bool,
-    pub pid: bool,
 }
 
 /// Everything a status is computed from, gathered before any object is touched.

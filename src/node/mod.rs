@@ -122,7 +122,7 @@ pub struct NodeContext {
     /// True while the node shutdown manager handles a shutdown (the node is then NotReady).
     pub shutting_down: tokio::sync::watch::Receiver<bool>,
     /// The pressure conditions the eviction manager reports.
-    pub pressure: tokio::sync::watch::Receiver<build::Pressure>,
+    pub pressure: tokio::sync::watch::Receiver<crate::eviction::Pressure>,
     /// The node's addresses as the API server last accepted them (upstream's
     /// lastObservedNodeAddresses), for the serving certificate's names.
     pub addresses: Arc<tokio::sync::watch::Sender<Vec<k8s_openapi::api::core::v1::NodeAddress>>>,

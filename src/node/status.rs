@@ -10,9 +10,10 @@ use kube::api::{Patch, PatchParams};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::build::{self, Pressure, StatusInputs};
+use super::build::{self, StatusInputs};
 use super::gather::{RuntimeTracker, gather};
 use super::{NodeContext, NodeError, api_call, register};
+use crate::eviction::Pressure;
 
 /// Upstream tries a status update this many times in a row before waiting for the next tick.
 const UPDATE_RETRIES: usize = 5;

@@ -211,7 +211,7 @@ pub struct Listeners {
     healthz: Option<tokio::net::TcpListener>,
     read_only: Option<tokio::net::TcpListener>,
     /// What 10250 serves; the serving certificate manager replaces it.
-    pub serving_cert: Option<Arc<tls::DynamicCert>>,
+    pub serving_cert: Option<Arc<crate::certificate::dynamic::DynamicCert>>,
 }
 
 impl Listeners {

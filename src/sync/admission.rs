@@ -171,7 +171,7 @@ pub fn admit_during_shutdown(shutting_down: bool) -> Result<(), Rejection> {
 /// memory-pressure taint (upstream's eviction admit handler).
 pub fn admit_under_pressure(
     pod: &Pod,
-    pressure: &crate::node::build::Pressure,
+    pressure: &crate::eviction::Pressure,
 ) -> Result<(), Rejection> {
     let names: Vec<&str> = [
         (pressure.memory, "MemoryPressure"),
@@ -346,7 +346,7 @@ mod tests {
 
     #[test]
     fn pressure_admits_only_what_upstream_admits() {
-        use crate::node::build::Pressure;
+        use crate::eviction::Pressure;
         let memory = Pressure {
             memory: true,
             ..Default::default()

@@ -69,7 +69,7 @@ pub struct Admission {
     /// True while the node shutdown manager handles a shutdown.
     pub shutting_down: watch::Receiver<bool>,
     /// The node conditions the eviction manager reports.
-    pub pressure: watch::Receiver<crate::node::build::Pressure>,
+    pub pressure: watch::Receiver<crate::eviction::Pressure>,
 }
 
 pub struct SyncLoopInputs {

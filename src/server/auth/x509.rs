@@ -18,7 +18,7 @@ use tracing::{info, warn};
 
 use super::AuthError;
 use super::user::{Outcome, UserInfo};
-use crate::certificate::{der, pki};
+use crate::pki::{self, der};
 
 /// How often, at most, the CA file's modification time is looked at.
 const RELOAD_CHECK: Duration = Duration::from_secs(5);
@@ -340,7 +340,7 @@ mod tests {
 
     #[test]
     fn v1_client_certificates_and_v1_cas_are_accepted_like_go() {
-        use crate::certificate::pki::testing::{TestCa, now};
+        use crate::pki::testing::{TestCa, now};
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ca.crt");
         let v3_ca = TestCa::v3("kubernetes");

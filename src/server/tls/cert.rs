@@ -18,7 +18,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tracing::{info, warn};
 
 use super::TlsError;
-use crate::certificate::{der, store};
+use crate::certificate::store;
+use crate::pki::der;
 
 pub const SELF_SIGNED_CERT: &str = "kubelet.crt";
 pub const SELF_SIGNED_KEY: &str = "kubelet.key";

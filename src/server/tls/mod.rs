@@ -2,7 +2,6 @@
 //! suites, client certificates requested but not required). server::listen serves over it.
 
 pub mod cert;
-pub mod dynamic;
 pub mod options;
 
 use std::fmt;
@@ -16,9 +15,9 @@ use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme};
 use tracing::warn;
 
+use crate::certificate::dynamic::DynamicCert;
 use crate::cli::config::KubeletConfiguration;
 pub use cert::ServingCertFiles;
-pub use dynamic::DynamicCert;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -83,7 +82,7 @@ impl ClientCertVerifier for RequestClientCert {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        crate::certificate::pki::verify_handshake_signature(
+        crate::pki::verify_handshake_signature(
             message,
             cert,
             dss,
@@ -98,7 +97,7 @@ impl ClientCertVerifier for RequestClientCert {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        crate::certificate::pki::verify_handshake_signature(
+        crate::pki::verify_handshake_signature(
             message,
             cert,
             dss,
@@ -181,7 +180,7 @@ pub fn server_config(
             ips,
         )?;
         let cert = if cfg.tls_cert_file.is_empty() {
-            let key = crate::certificate::pki::certified_key(serving.chain, serving.key, &provider)
+            let key = crate::pki::certified_key(serving.chain, serving.key, &provider)
                 .map_err(|e| TlsError::ServingCert(e.to_string()))?;
             DynamicCert::fixed(Some(key))
         } else {
@@ -445,7 +444,7 @@ mod tests {
 
     #[tokio::test]
     async fn rewritten_tls_cert_files_reach_new_connections() {
-        use crate::certificate::pki::testing::{TestCa, pem_of};
+        use crate::pki::testing::{TestCa, pem_of};
         let dir = tempfile::tempdir().unwrap();
         let ca = TestCa::v3("ca");
         let write = |v1: bool| {
@@ -474,7 +473,7 @@ mod tests {
 
     #[tokio::test]
     async fn server_tls_bootstrap_serves_nothing_until_a_certificate_is_set() {
-        use crate::certificate::pki::testing::TestCa;
+        use crate::pki::testing::TestCa;
         let dir = tempfile::tempdir().unwrap();
         let mut cfg = KubeletConfiguration::legacy_flag_defaults();
         cfg.server_tls_bootstrap = true;
@@ -488,7 +487,7 @@ mod tests {
         assert_eq!(served(port).await, None);
         let ca = TestCa::v3("ca");
         let (der, key) = ca.v3_leaf("system:node:node-a", "127.0.0.1", false);
-        let pair = crate::certificate::pki::certified_key(
+        let pair = crate::pki::certified_key(
             vec![der.clone().into()],
             PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
             &rustls::crypto::ring::default_provider(),

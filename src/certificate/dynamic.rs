@@ -13,7 +13,7 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tracing::{info, warn};
 
-use crate::certificate::pki;
+use crate::pki;
 
 /// How often, at most, a handshake looks at the files' modification times.
 const RELOAD_CHECK: Duration = Duration::from_secs(1);
@@ -150,7 +150,7 @@ impl ResolvesServerCert for DynamicCert {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::certificate::pki::testing::{TestCa, pem_of};
+    use crate::pki::testing::{TestCa, pem_of};
 
     fn write_pair(dir: &std::path::Path, ca: &TestCa, v1: bool) -> Vec<u8> {
         let (der, key) = if v1 {
