@@ -34,6 +34,7 @@ mod oom;
 mod pki;
 mod pleg;
 mod pod;
+mod podinputs;
 mod podresources;
 mod probe;
 mod prober;
@@ -61,6 +62,6 @@ pub mod testing {
     pub use crate::apiclient::{ApiClientError, connect};
     pub use crate::certificate::{CertError, bootstrap_if_needed, rotate_once};
     pub use crate::cri::{CriError, connect_channel};
+    pub use crate::podinputs::tokens::TokenCache;
     pub use crate::podresources::api as podresources;
-    pub use crate::volume::tokens::TokenCache;
 }

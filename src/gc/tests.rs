@@ -519,7 +519,7 @@ async fn orphaned_pod_folders_and_cgroups_go_once_sources_are_synced() {
         tokio::sync::watch::channel(Arc::new(HashMap::from([("running".to_string(), running)])));
     let volumes = Arc::new(crate::volume::VolumeManager::new(
         root.path().to_path_buf(),
-        None,
+        Arc::default(),
         crate::fieldpath::NodeAllocatable::default(),
         EventRecorder::default(),
     ));

@@ -128,10 +128,11 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
     );
     let oom_kills = oom::spawn(events.clone(), node_name.clone(), &mut tasks, &cancel);
     let runtime_settings = RuntimeSettings::new(&settings, &host);
+    let pod_inputs = Arc::new(crate::podinputs::PodInputSource::new(api.clone()));
     let volumes = Arc::new(
         VolumeManager::new(
             runtime_settings.root_dir.clone(),
-            api.clone(),
+            pod_inputs.clone(),
             runtime_settings.node_allocatable(),
             events.clone(),
         )
@@ -145,7 +146,6 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
             events.clone(),
             runtime_settings,
         )
-        .with_api_client(api.clone())
         .with_oom_kills(oom_kills),
     );
     // Pod sources → PodConfig → sync loop ◄── PLEG; the status syncer follows the static pods
@@ -213,7 +213,13 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
     let sync_settings = SyncSettings::from(&settings);
     let sync_health = Arc::new(SyncLoopHealth::default());
     let sync_loop = SyncLoop::new(
-        (runtime, volumes, probes, status.clone()),
+        crate::sync::Managers {
+            runtime,
+            volumes,
+            probes,
+            status: status.clone(),
+            inputs: pod_inputs,
+        },
         sync_settings.resync,
         runtime_name,
         sync_settings.max_pods,

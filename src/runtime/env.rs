@@ -5,9 +5,9 @@ use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
 
-use super::env_sources::EnvObjects;
 use crate::expansion::expand;
 use crate::fieldpath::{self, NodeAllocatable};
+use crate::podinputs::env_sources::EnvObjects;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum EnvError {
@@ -30,6 +30,8 @@ pub struct PodFacts {
     pub service_env: Vec<(String, String)>,
     /// The configMaps and secrets the env refers to.
     pub env_objects: EnvObjects,
+    /// The pod's imagePullSecrets, for a pull that needs them.
+    pub pull_secrets: Vec<k8s_openapi::api::core::v1::Secret>,
 }
 
 fn resolve_one(

@@ -7,7 +7,6 @@ pub mod backoff;
 pub mod container;
 pub mod dns;
 pub mod env;
-pub mod env_sources;
 pub mod ephemeral;
 mod hooks;
 pub mod images;
@@ -16,10 +15,8 @@ mod metrics;
 pub mod observed;
 pub mod pull_secrets;
 pub mod resize;
-pub mod runtime_class;
 pub mod sandbox;
 pub mod seccomp;
-pub mod services;
 pub mod sidecars;
 mod termination_message;
 #[cfg(test)]
@@ -41,6 +38,8 @@ use crate::cri::{CriError, RuntimeClient, api};
 use crate::events::{EventRecorder, EventType};
 use crate::pod::qos::{QosClass, qos_class};
 use crate::pod::{hostname, paths, pod_uid};
+use crate::podinputs::runtime_class::RuntimeClassError;
+use crate::podinputs::{Needs, PodInputs};
 use crate::telemetry::trace::TARGET;
 use actions::{ContainerKind, PodActions, StartAction, compute_pod_actions};
 use backoff::Backoff;
@@ -63,7 +62,7 @@ pub enum RuntimeError {
     #[error("blocking task failed: {0}")]
     Blocking(String),
     #[error(transparent)]
-    RuntimeClass(#[from] runtime_class::RuntimeClassError),
+    RuntimeClass(#[from] RuntimeClassError),
     #[error(transparent)]
     Hostname(#[from] hostname::HostnameError),
     #[error(transparent)]
@@ -104,6 +103,25 @@ pub struct SyncOutcome {
 impl SyncOutcome {
     fn requeue(&mut self, after: Duration) {
         self.requeue_after = Some(self.requeue_after.map_or(after, |d| d.min(after)));
+    }
+}
+
+/// What one sync step will do; see [`RuntimeManager::plan`].
+#[derive(Debug)]
+pub struct SyncPlan {
+    actions: PodActions,
+    resize: Option<resize::ResizePlan>,
+}
+
+impl SyncPlan {
+    /// The pod inputs the step reads: a new sandbox's handler, new containers' env and pull
+    /// secrets. A pod that has finished reads none.
+    pub fn needs(&self) -> Needs {
+        let a = &self.actions;
+        Needs {
+            sandbox: a.create_sandbox && !a.pod_finished,
+            containers: !a.start.is_empty() && !a.pod_finished,
+        }
     }
 }
 
@@ -150,9 +168,6 @@ impl RuntimeSettings {
 
 pub struct RuntimeManager {
     cri: RuntimeClient,
-    /// For what env vars and image pulls read from the API server (configMaps, secrets,
-    /// services, pull secrets).
-    client: Option<kube::Client>,
     cgroups: Arc<CgroupManager>,
     images: ImagePuller,
     events: EventRecorder,
@@ -206,7 +221,6 @@ impl RuntimeManager {
     ) -> Self {
         RuntimeManager {
             cri,
-            client: None,
             cgroups,
             images,
             events,
@@ -218,11 +232,6 @@ impl RuntimeManager {
 
     pub fn with_oom_kills(mut self, oom_kills: Arc<crate::oom::OomKills>) -> Self {
         self.oom_kills = oom_kills;
-        self
-    }
-
-    pub fn with_api_client(mut self, client: Option<kube::Client>) -> Self {
-        self.client = client;
         self
     }
 
@@ -319,20 +328,18 @@ impl RuntimeManager {
         Ok(observed)
     }
 
-    /// One step towards the spec: whatever can be done now is done, and the outcome says when
-    /// to look again.
-    pub async fn sync_pod(
+    /// What the next step towards the spec will do, from the spec and what is observed.
+    pub fn plan(
         &self,
         pod: &Pod,
         observed: &ObservedPod,
-        backoff: &mut Backoff,
-        volumes: &PodVolumes,
+        backoff: &Backoff,
         probes: &HashMap<String, crate::probe::Verdicts>,
-    ) -> Result<SyncOutcome, RuntimeError> {
+    ) -> SyncPlan {
         let now = SystemTime::now();
         let mut actions = compute_pod_actions(pod, observed, backoff, probes, now);
         // A resize applies to the running containers of a sandbox that stays.
-        let resize_plan = if actions.create_sandbox || actions.pod_finished || actions.kill_pod {
+        let resize = if actions.create_sandbox || actions.pod_finished || actions.kill_pod {
             None
         } else {
             let plan = self.resize_plan(pod, observed);
@@ -340,6 +347,24 @@ impl RuntimeManager {
             Some(plan)
         };
         debug!(?actions, "Computed pod actions");
+        SyncPlan { actions, resize }
+    }
+
+    /// One step towards the spec, as `plan` decided it: whatever can be done now is done, and
+    /// the outcome says when to look again. `inputs` holds what the plan [needs](SyncPlan::needs).
+    pub async fn sync_pod(
+        &self,
+        pod: &Pod,
+        observed: &ObservedPod,
+        plan: SyncPlan,
+        inputs: PodInputs,
+        backoff: &mut Backoff,
+        volumes: &PodVolumes,
+    ) -> Result<SyncOutcome, RuntimeError> {
+        let SyncPlan {
+            actions,
+            resize: resize_plan,
+        } = plan;
         let mut outcome = SyncOutcome::default();
         self.note_backoffs(pod, &actions, &mut outcome);
 
@@ -366,7 +391,10 @@ impl RuntimeManager {
         }
 
         let (sandbox_id, ips) = if actions.create_sandbox {
-            match self.create_sandbox(pod, actions.sandbox_attempt).await {
+            match self
+                .create_sandbox(pod, actions.sandbox_attempt, &inputs.runtime_handler)
+                .await
+            {
                 Ok(created) => created,
                 Err(err) => {
                     self.events.pod(
@@ -424,16 +452,9 @@ impl RuntimeManager {
                 ips
             },
             node: self.settings.node_allocatable(),
-            service_env: if actions.start.is_empty() {
-                vec![]
-            } else {
-                services::fetch_service_env(self.client.as_ref(), pod).await
-            },
-            env_objects: if actions.start.is_empty() {
-                env_sources::EnvObjects::default()
-            } else {
-                env_sources::fetch(self.client.as_ref(), pod).await
-            },
+            service_env: inputs.service_env,
+            env_objects: inputs.env_objects,
+            pull_secrets: inputs.pull_secrets,
         };
         let sandbox_config = self.sandbox_config(pod, actions.sandbox_attempt)?;
         for start in &actions.start {
@@ -508,6 +529,7 @@ impl RuntimeManager {
         &self,
         pod: &Pod,
         attempt: u32,
+        handler: &Result<String, RuntimeClassError>,
     ) -> Result<(String, Vec<String>), RuntimeError> {
         let span = info_span!(
             target: TARGET,
@@ -515,7 +537,7 @@ impl RuntimeManager {
             attempt,
         );
         let created = self
-            .create_sandbox_untraced(pod, attempt)
+            .create_sandbox_untraced(pod, attempt, handler)
             .instrument(span.clone())
             .await;
         match &created {
@@ -531,13 +553,9 @@ impl RuntimeManager {
         &self,
         pod: &Pod,
         attempt: u32,
+        handler: &Result<String, RuntimeClassError>,
     ) -> Result<(String, Vec<String>), RuntimeError> {
-        let handler = runtime_class::lookup_handler(
-            self.client.as_ref(),
-            pod,
-            &self.settings.runtime_handler,
-        )
-        .await?;
+        let handler = handler.clone()?;
         if userns::wanted(pod) {
             let status = self.cri.status(false).await.map_err(cri("Status"))?;
             userns::check(&status.runtime_handlers, &handler)?;
@@ -689,12 +707,7 @@ impl RuntimeManager {
                 &format!("Pulling image \"{image}\""),
             )
         };
-        let keyring = async || match &self.client {
-            Some(client) => {
-                pull_secrets::Keyring::from_secrets(&pull_secrets::fetch(client, pod).await)
-            }
-            None => pull_secrets::Keyring::default(),
-        };
+        let keyring = async || pull_secrets::Keyring::from_secrets(&facts.pull_secrets);
         let span = info_span!(
             target: TARGET,
             "pullImage",

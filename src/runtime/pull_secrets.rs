@@ -3,11 +3,9 @@
 //! names, Docker Hub as the fallback for unqualified names).
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use base64::Engine;
-use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::Api;
+use k8s_openapi::api::core::v1::Secret;
 use serde::Deserialize;
 use tracing::warn;
 
@@ -19,8 +17,6 @@ const DOCKERCFG_TYPE: &str = "kubernetes.io/dockercfg";
 const DOCKERCFG_KEY: &str = ".dockercfg";
 /// Where credentials for Docker Hub are filed, whatever spelling the secret used.
 const DEFAULT_REGISTRY_HOST: &str = "index.docker.io";
-/// Bounds the secret reads that happen before a pull.
-const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum PullSecretError {
@@ -239,40 +235,6 @@ fn glob(pattern: &str, text: &str) -> bool {
         }
     }
     p[pi..].iter().all(|c| *c == '*')
-}
-
-/// The pod's imagePullSecrets, read from the API server. A secret that cannot be read is
-/// logged and skipped, like upstream: the pull may still work without it.
-pub async fn fetch(client: &kube::Client, pod: &Pod) -> Vec<Secret> {
-    let names: Vec<String> = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.image_pull_secrets.as_ref())
-        .into_iter()
-        .flatten()
-        .map(|r| r.name.clone())
-        .filter(|n| !n.is_empty())
-        .collect();
-    if names.is_empty() {
-        return Vec::new();
-    }
-    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let api = Api::<Secret>::namespaced(client.clone(), ns);
-    let mut out = Vec::with_capacity(names.len());
-    for name in names {
-        match tokio::time::timeout(FETCH_TIMEOUT, api.get(&name)).await {
-            Ok(Ok(secret)) => out.push(secret),
-            Ok(Err(err)) => warn!(
-                secret = %name, namespace = %ns, %err,
-                "Unable to retrieve pull secret; the image pull may not succeed"
-            ),
-            Err(_) => warn!(
-                secret = %name, namespace = %ns,
-                "Timed out retrieving pull secret; the image pull may not succeed"
-            ),
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -11,13 +11,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::backoff::Backoff;
 use super::images::ImagePuller;
-use super::{RuntimeManager, RuntimeSettings, SyncOutcome, dns, paths};
+use super::observed::ObservedPod;
+use super::{RuntimeError, RuntimeManager, RuntimeSettings, SyncOutcome, dns, paths};
 use crate::cm::CgroupManager;
 use crate::cri::api;
 use crate::cri::fake::{FakeCri, FakeRuntime};
 use crate::events::EventRecorder;
+use crate::podinputs::PodInputSource;
 use crate::status::{PodStatusInput, generate_pod_status};
-use crate::volume::VolumeManager;
+use crate::volume::{PodVolumes, VolumeManager};
 
 /// Present on the node in every harness.
 pub(crate) const APP_IMAGE: &str = "registry.test/app:1";
@@ -65,7 +67,7 @@ impl Harness {
         .with_oom_kills(oom_kills.clone());
         let volumes = VolumeManager::new(
             dir.path().join("root"),
-            None,
+            Arc::default(),
             runtime.settings().node_allocatable(),
             EventRecorder::default(),
         );
@@ -87,12 +89,29 @@ impl Harness {
         let observed = self.runtime.pod_status(uid(pod)).await.expect("pod status");
         // Boxed: the sync future is large, and a test awaits many of them.
         let volumes = self.volumes.setup(pod).await.expect("volumes");
-        Box::pin(
-            self.runtime
-                .sync_pod(pod, &observed, backoff, &volumes, &Default::default()),
-        )
-        .await
-        .expect("sync pod")
+        Box::pin(self.step(pod, &observed, backoff, &volumes))
+            .await
+            .expect("sync pod")
+    }
+
+    /// Plans a step, reads its inputs as a standalone kubelet does (none), and runs it.
+    pub async fn step(
+        &self,
+        pod: &Pod,
+        observed: &ObservedPod,
+        backoff: &mut Backoff,
+        volumes: &PodVolumes,
+    ) -> Result<SyncOutcome, RuntimeError> {
+        let plan = self
+            .runtime
+            .plan(pod, observed, backoff, &Default::default());
+        let handler = &self.runtime.settings().runtime_handler;
+        let inputs = PodInputSource::default()
+            .resolve(pod, plan.needs(), handler)
+            .await;
+        self.runtime
+            .sync_pod(pod, observed, plan, inputs, backoff, volumes)
+            .await
     }
 
     /// The API status the worker would publish right now, with `outcome`'s waiting reasons.
@@ -560,14 +579,7 @@ async fn sandbox_and_start_failures_are_retried() {
     );
     let observed = h.runtime.pod_status("u-retry").await.expect("pod status");
     let err = h
-        .runtime
-        .sync_pod(
-            &p,
-            &observed,
-            &mut backoff,
-            &Default::default(),
-            &Default::default(),
-        )
+        .step(&p, &observed, &mut backoff, &Default::default())
         .await
         .expect_err("sandbox creation fails");
     assert!(err.to_string().contains("RunPodSandbox"), "{err}");

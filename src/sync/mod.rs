@@ -172,15 +172,19 @@ pub struct SyncLoop {
     cancel: CancellationToken,
 }
 
+/// The managers the pod workers drive.
+pub struct Managers {
+    pub runtime: Arc<crate::runtime::RuntimeManager>,
+    pub volumes: Arc<crate::volume::VolumeManager>,
+    pub probes: Arc<crate::prober::ProbeManager>,
+    pub status: Arc<crate::status::StatusStore>,
+    pub inputs: Arc<crate::podinputs::PodInputSource>,
+}
+
 impl SyncLoop {
     /// `max_pods` bounds the worker map (plus orphans being cleaned up).
     pub fn new(
-        ctx_parts: (
-            Arc<crate::runtime::RuntimeManager>,
-            Arc<crate::volume::VolumeManager>,
-            Arc<crate::prober::ProbeManager>,
-            Arc<crate::status::StatusStore>,
-        ),
+        managers: Managers,
         resync: Duration,
         runtime_name: String,
         max_pods: usize,
@@ -188,7 +192,13 @@ impl SyncLoop {
         cancel: CancellationToken,
     ) -> Self {
         let (done_tx, done_rx) = mpsc::channel(max_pods.max(16));
-        let (runtime, volumes, probes, status) = ctx_parts;
+        let Managers {
+            runtime,
+            volumes,
+            probes,
+            status,
+            inputs,
+        } = managers;
         SyncLoop {
             workers: HashMap::new(),
             parked: HashMap::new(),
@@ -204,6 +214,7 @@ impl SyncLoop {
             ctx: Arc::new(WorkerContext {
                 runtime,
                 volumes,
+                inputs,
                 probes,
                 status,
                 resync,

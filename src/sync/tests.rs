@@ -88,7 +88,13 @@ impl Node {
         );
         tokio::spawn(gc.run(Duration::from_secs(600), cancel.child_token()));
         let sync_loop = SyncLoop::new(
-            (h.runtime.clone(), h.volumes.clone(), probes, status.clone()),
+            crate::sync::Managers {
+                runtime: h.runtime.clone(),
+                volumes: h.volumes.clone(),
+                probes,
+                status: status.clone(),
+                inputs: Arc::default(),
+            },
             Duration::from_secs(10),
             "fake".into(),
             16,

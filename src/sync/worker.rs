@@ -45,6 +45,8 @@ pub enum Desired {
 pub struct WorkerContext {
     pub runtime: Arc<RuntimeManager>,
     pub volumes: Arc<VolumeManager>,
+    /// What the runtime's steps read from the API server, resolved before each.
+    pub inputs: Arc<crate::podinputs::PodInputSource>,
     pub probes: Arc<ProbeManager>,
     pub status: Arc<StatusStore>,
     pub resync: Duration,
@@ -425,9 +427,12 @@ async fn sync_running(
             }
         }
     };
+    let plan = ctx.runtime.plan(pod, observed, backoff, probes);
+    let default_handler = &ctx.runtime.settings().runtime_handler;
+    let inputs = ctx.inputs.resolve(pod, plan.needs(), default_handler).await;
     Box::pin(
         ctx.runtime
-            .sync_pod(pod, observed, backoff, &volumes, probes),
+            .sync_pod(pod, observed, plan, inputs, backoff, &volumes),
     )
     .await
     .map_err(SyncError::from)

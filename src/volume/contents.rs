@@ -4,18 +4,12 @@
 //! service account tokens (the TokenRequest API, through the token cache).
 
 use std::collections::HashMap;
-use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{
-    ConfigMap, DownwardAPIVolumeFile, KeyToPath, Pod, Secret, Volume,
-};
-use kube::api::Api;
+use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, KeyToPath, Pod, Volume};
 
 use super::atomic_writer::FileEntry;
-use super::tokens::TokenCache;
 use crate::fieldpath::{self, NodeAllocatable};
-
-const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+use crate::podinputs::{InputError, ObjectKind as Kind, PodInputSource};
 /// Upstream's default file mode for these volumes (0644).
 const DEFAULT_MODE: i32 = 0o644;
 
@@ -27,10 +21,8 @@ pub enum ContentsError {
     ConfigMapKey(String),
     #[error("references non-existent secret key: {0}")]
     SecretKey(String),
-    #[error("{0}")]
-    Api(String),
-    #[error("needs an API server (run with --kubeconfig)")]
-    NoApiServer,
+    #[error(transparent)]
+    Input(#[from] InputError),
     #[error("{0}")]
     DownwardApi(String),
     #[error("{0} projections are not supported yet")]
@@ -43,23 +35,6 @@ pub fn is_written(v: &Volume) -> bool {
         || v.config_map.is_some()
         || v.projected.is_some()
         || v.downward_api.is_some()
-}
-
-async fn get<K>(api: Api<K>, name: &str) -> Result<Option<K>, ContentsError>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    match tokio::time::timeout(FETCH_TIMEOUT, api.get_opt(name)).await {
-        Ok(Ok(found)) => Ok(found),
-        Ok(Err(e)) => Err(ContentsError::Api(e.to_string())),
-        Err(_) => Err(ContentsError::Api(format!("fetching {name} timed out"))),
-    }
-}
-
-#[derive(Clone, Copy)]
-enum Kind {
-    ConfigMap,
-    Secret,
 }
 
 /// Where files come from: which object, which keys, how.
@@ -114,48 +89,14 @@ fn project(
     Ok(files)
 }
 
-fn secret_data(secret: Secret) -> HashMap<String, Vec<u8>> {
-    let mut data: HashMap<String, Vec<u8>> = secret
-        .data
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(k, v)| (k, v.0))
-        .collect();
-    for (k, v) in secret.string_data.unwrap_or_default() {
-        data.insert(k, v.into_bytes());
-    }
-    data
-}
-
-fn config_map_data(cm: ConfigMap) -> HashMap<String, Vec<u8>> {
-    let mut data: HashMap<String, Vec<u8>> = cm
-        .data
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(k, v)| (k, v.into_bytes()))
-        .collect();
-    for (k, v) in cm.binary_data.unwrap_or_default() {
-        data.insert(k, v.0);
-    }
-    data
-}
-
 /// Fetches one object and projects its key/value pairs; a missing object is an error unless
 /// the source is optional.
 async fn object_files(
-    client: Option<&kube::Client>,
+    inputs: &PodInputSource,
     ns: &str,
     src: SourceRef<'_>,
 ) -> Result<Vec<FileEntry>, ContentsError> {
-    let client = client.ok_or(ContentsError::NoApiServer)?;
-    let data = match src.kind {
-        Kind::Secret => get(Api::<Secret>::namespaced(client.clone(), ns), src.name)
-            .await?
-            .map(secret_data),
-        Kind::ConfigMap => get(Api::<ConfigMap>::namespaced(client.clone(), ns), src.name)
-            .await?
-            .map(config_map_data),
-    };
+    let data = inputs.object_data(src.kind, ns, src.name).await?;
     match data {
         Some(data) => project(data, &src),
         None if src.optional => Ok(vec![]),
@@ -205,11 +146,10 @@ fn downward_files(
 
 /// The files of one kubelet-written volume, as they should be now.
 pub async fn files(
-    client: Option<&kube::Client>,
+    inputs: &PodInputSource,
     pod: &Pod,
     v: &Volume,
     node: NodeAllocatable,
-    tokens: &TokenCache,
 ) -> Result<Vec<FileEntry>, ContentsError> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     if let Some(s) = &v.secret {
@@ -220,7 +160,7 @@ pub async fn files(
             default_mode: s.default_mode.unwrap_or(DEFAULT_MODE),
             optional: s.optional.unwrap_or(false),
         };
-        return object_files(client, ns, src).await;
+        return object_files(inputs, ns, src).await;
     }
     if let Some(c) = &v.config_map {
         let src = SourceRef {
@@ -230,7 +170,7 @@ pub async fn files(
             default_mode: c.default_mode.unwrap_or(DEFAULT_MODE),
             optional: c.optional.unwrap_or(false),
         };
-        return object_files(client, ns, src).await;
+        return object_files(inputs, ns, src).await;
     }
     if let Some(d) = &v.downward_api {
         let mode = d.default_mode.unwrap_or(DEFAULT_MODE);
@@ -250,7 +190,7 @@ pub async fn files(
                 default_mode: mode,
                 optional: s.optional.unwrap_or(false),
             };
-            files.extend(object_files(client, ns, source).await?);
+            files.extend(object_files(inputs, ns, source).await?);
         } else if let Some(c) = &src.config_map {
             let source = SourceRef {
                 kind: Kind::ConfigMap,
@@ -259,7 +199,7 @@ pub async fn files(
                 default_mode: mode,
                 optional: c.optional.unwrap_or(false),
             };
-            files.extend(object_files(client, ns, source).await?);
+            files.extend(object_files(inputs, ns, source).await?);
         } else if let Some(d) = &src.downward_api {
             files.extend(downward_files(
                 pod,
@@ -268,15 +208,11 @@ pub async fn files(
                 node,
             )?);
         } else if let Some(t) = &src.service_account_token {
-            let client = client.ok_or(ContentsError::NoApiServer)?;
             let expiration = t
                 .expiration_seconds
-                .unwrap_or(super::tokens::DEFAULT_EXPIRATION_SECONDS);
+                .unwrap_or(crate::podinputs::tokens::DEFAULT_EXPIRATION_SECONDS);
             let audience = t.audience.as_deref().unwrap_or_default();
-            let token = tokens
-                .token(client, pod, audience, expiration)
-                .await
-                .map_err(ContentsError::Api)?;
+            let token = inputs.token(pod, audience, expiration).await?;
             files.push(FileEntry {
                 path: t.path.clone(),
                 data: token.into_bytes(),
@@ -397,8 +333,9 @@ mod tests {
             cpu_millis: 2000,
             memory_bytes: 1 << 30,
         };
-        let tokens = TokenCache::default();
-        let got = files(None, &pod, &v, node, &tokens).await.unwrap();
+        let got = files(&PodInputSource::default(), &pod, &v, node)
+            .await
+            .unwrap();
         let view: Vec<(&str, &str, u32)> = got
             .iter()
             .map(|f| {
@@ -426,7 +363,9 @@ mod tests {
             }),
             ..v
         };
-        let err = files(None, &pod, &bad, node, &tokens).await.unwrap_err();
+        let err = files(&PodInputSource::default(), &pod, &bad, node)
+            .await
+            .unwrap_err();
         assert!(err.to_string().contains("status.podIP"), "{err}");
     }
 }

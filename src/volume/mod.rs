@@ -15,16 +15,17 @@ pub mod etc_hosts;
 pub mod host_path;
 pub mod image;
 pub mod mounts;
-pub mod tokens;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, Volume};
 use tracing::{debug, warn};
 
 use crate::events::{EventRecorder, EventType};
 use crate::fieldpath::NodeAllocatable;
+use crate::podinputs::PodInputSource;
 use crate::quantity::parse_bytes;
 use atomic_writer::{FileEntry, Ownership};
 use empty_dir::Medium;
@@ -260,10 +261,10 @@ fn write_volume(
 
 pub struct VolumeManager {
     root_dir: PathBuf,
-    client: Option<kube::Client>,
+    /// Where configMap, secret and token contents come from.
+    inputs: Arc<PodInputSource>,
     node: NodeAllocatable,
     events: EventRecorder,
-    tokens: tokens::TokenCache,
     /// The container runtime, which decides whether image volumes can be had.
     runtime: Option<image::RuntimeVersion>,
 }
@@ -271,16 +272,15 @@ pub struct VolumeManager {
 impl VolumeManager {
     pub fn new(
         root_dir: PathBuf,
-        client: Option<kube::Client>,
+        inputs: Arc<PodInputSource>,
         node: NodeAllocatable,
         events: EventRecorder,
     ) -> Self {
         VolumeManager {
             root_dir,
-            client,
+            inputs,
             node,
             events,
-            tokens: tokens::TokenCache::default(),
             runtime: None,
         }
     }
@@ -333,8 +333,7 @@ impl VolumeManager {
                 Plan::EmptyDir { medium }
             } else if contents::is_written(v) {
                 let plugin = written_plugin(v);
-                let got =
-                    contents::files(self.client.as_ref(), pod, v, self.node, &self.tokens).await;
+                let got = contents::files(&self.inputs, pod, v, self.node).await;
                 match got {
                     Ok(files) => Plan::Write {
                         plugin,
@@ -393,7 +392,7 @@ impl VolumeManager {
 
     /// Gives back what a finished pod's volumes hold (its containers are stopped for good).
     pub async fn release(&self, uid: &str) -> Result<(), VolumeError> {
-        self.tokens.forget_pod(uid);
+        self.inputs.forget_pod(uid);
         let dir = self.pod_dir(uid);
         tokio::task::spawn_blocking(move || release_volumes(&dir))
             .await
@@ -402,7 +401,7 @@ impl VolumeManager {
 
     /// Removes the pod's folder once its containers are gone.
     pub async fn teardown(&self, uid: &str) -> Result<(), VolumeError> {
-        self.tokens.forget_pod(uid);
+        self.inputs.forget_pod(uid);
         let dir = self.pod_dir(uid);
         tokio::task::spawn_blocking(move || remove_pod_dir(&dir))
             .await
@@ -524,7 +523,7 @@ mod tests {
     fn manager(root: &Path) -> VolumeManager {
         VolumeManager::new(
             root.to_path_buf(),
-            None,
+            Arc::default(),
             NodeAllocatable::default(),
             EventRecorder::default(),
         )

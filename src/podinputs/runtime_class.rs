@@ -11,7 +11,7 @@ use kube::api::Api;
 
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum RuntimeClassError {
     /// Upstream's lister error, which its FailedCreatePodSandBox event carries.
     #[error("runtimeclass.node.k8s.io \"{0}\" not found")]
