@@ -168,8 +168,8 @@ pub struct EventSettings {
     pub burst: i32,
 }
 
-impl From<&crate::cli::Settings> for EventSettings {
-    fn from(settings: &crate::cli::Settings) -> Self {
+impl From<&crate::config::Settings> for EventSettings {
+    fn from(settings: &crate::config::Settings) -> Self {
         EventSettings {
             node_name: settings.node_name(),
             qps: settings.config.event_record_qps,

@@ -15,6 +15,7 @@ mod apiclient;
 mod certificate;
 mod cli;
 mod cm;
+mod config;
 mod cri;
 mod events;
 mod eviction;
@@ -52,7 +53,8 @@ mod telemetry;
 mod volume;
 mod yaml;
 
-pub use cli::{CliError, Settings, parse};
+pub use cli::{CliError, parse};
+pub use config::Settings;
 pub use kubelet::{KubeletError, run};
 pub use telemetry::trace::{Pipeline as TracePipeline, TraceError, pipeline as trace_pipeline};
 pub use telemetry::{TelemetryError, init_logging};

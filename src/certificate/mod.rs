@@ -138,8 +138,8 @@ pub struct ClientSettings {
     pub timeout: Duration,
 }
 
-impl From<&crate::cli::Settings> for ClientSettings {
-    fn from(settings: &crate::cli::Settings) -> Self {
+impl From<&crate::config::Settings> for ClientSettings {
+    fn from(settings: &crate::config::Settings) -> Self {
         ClientSettings {
             kubeconfig: settings.flags.kubeconfig.clone(),
             bootstrap_kubeconfig: settings.flags.bootstrap_kubeconfig.clone(),

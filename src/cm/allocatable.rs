@@ -11,7 +11,7 @@ use tracing::{info, warn};
 
 use super::resources::milli_cpu_to_shares;
 use super::{CgroupManager, PodResources};
-use crate::cli::Settings;
+use crate::config::Settings;
 use crate::events::{EventRecorder, EventType};
 use crate::host::MachineFacts;
 use crate::pod::qos::{CPU, HUGEPAGES_PREFIX, MEMORY};

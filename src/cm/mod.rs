@@ -27,8 +27,8 @@ pub struct CgroupSettings {
     pub pod: PodCgroupOptions,
 }
 
-impl From<&crate::cli::Settings> for CgroupSettings {
-    fn from(settings: &crate::cli::Settings) -> Self {
+impl From<&crate::config::Settings> for CgroupSettings {
+    fn from(settings: &crate::config::Settings) -> Self {
         let cfg = &settings.config;
         CgroupSettings {
             driver: cfg.cgroup_driver.clone(),

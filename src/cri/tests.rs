@@ -304,7 +304,7 @@ async fn calls_carry_the_callers_trace_context() {
     use tracing_opentelemetry::OpenTelemetrySpanExt;
     use tracing_subscriber::layer::SubscriberExt;
 
-    let config = crate::cli::config::TracingConfiguration {
+    let config = crate::config::TracingConfiguration {
         endpoint: None,
         sampling_rate_per_million: Some(1_000_000),
     };

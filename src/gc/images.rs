@@ -315,7 +315,7 @@ impl ImageGc {
             Ok(rest)
         } else {
             Err(GcError::OldImageRemoval {
-                max_age: crate::cli::GoDuration(max_age).to_string(),
+                max_age: crate::config::GoDuration(max_age).to_string(),
                 errors: errors.join(", "),
             })
         }

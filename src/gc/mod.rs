@@ -107,13 +107,13 @@ const CONTAINER_PERIOD_ENV: &str = "KUBELET_RS_TEST_CONTAINER_GC_PERIOD";
 fn period_from_env(var: &str, default: Duration) -> Duration {
     std::env::var(var)
         .ok()
-        .and_then(|v| crate::cli::duration::parse_go_duration(&v).ok())
+        .and_then(|v| crate::config::duration::parse_go_duration(&v).ok())
         .filter(|d| !d.is_zero())
         .unwrap_or(default)
 }
 
-impl From<&crate::cli::Settings> for GcSettings {
-    fn from(settings: &crate::cli::Settings) -> Self {
+impl From<&crate::config::Settings> for GcSettings {
+    fn from(settings: &crate::config::Settings) -> Self {
         let (cfg, flags) = (&settings.config, &settings.flags);
         GcSettings {
             images: ImagePolicy {

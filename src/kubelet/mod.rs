@@ -14,9 +14,9 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-use crate::cli::Settings;
 use crate::cm::CgroupSettings;
 use crate::cm::allocatable::{self, AllocatableSettings};
+use crate::config::Settings;
 use crate::host::Host;
 use crate::node::NodeSettings;
 use crate::prober::ProbeManager;
@@ -89,7 +89,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
     preflight::check_supported(&settings, &host)?;
     let node_name = settings.node_name();
     let (cfg, root_dir) = (&settings.config, &settings.flags.root_dir);
-    info!(node = %node_name, node_ip = %host.node_ip, version = crate::cli::KUBELET_VERSION, "Starting kubelet");
+    info!(node = %node_name, node_ip = %host.node_ip, version = crate::config::KUBELET_VERSION, "Starting kubelet");
     preflight::apply_oom_score_adj(cfg.oom_score_adj);
     preflight::create_dirs(root_dir, std::path::Path::new(&cfg.pod_logs_dir))?;
     let sysctls = crate::sync::sysctls::SysctlAllowlist::new(

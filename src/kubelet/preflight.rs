@@ -6,7 +6,7 @@ use std::path::Path;
 use tracing::{info, warn};
 
 use super::KubeletError;
-use crate::cli::Settings;
+use crate::config::Settings;
 use crate::cri::RuntimeClient;
 use crate::host::Host;
 

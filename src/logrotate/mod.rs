@@ -28,7 +28,7 @@ use tracing::info;
 
 pub use policy::{Policy, PolicyError};
 
-use crate::cli::Settings;
+use crate::config::Settings;
 use crate::cri::{CriError, RuntimeClient};
 use crate::tasks::Tasks;
 

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::cli::config::KubeletConfiguration;
+use crate::config::KubeletConfiguration;
 use crate::quantity::{Amount, NANO, QuantityError};
 
 /// Why the settings cannot drive rotation.
@@ -79,7 +79,7 @@ fn parse_max_size(raw: &str) -> Result<i64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::duration::GoDuration;
+    use crate::config::duration::GoDuration;
 
     fn config(size: &str, files: i32) -> KubeletConfiguration {
         let mut kc = KubeletConfiguration::defaulted();

@@ -10,7 +10,7 @@ use tracing::warn;
 
 use super::build::{self, StatusInputs};
 use super::{NodeContext, NodeError, cri_call};
-use crate::cli::duration::format_go_duration;
+use crate::config::duration::format_go_duration;
 use crate::cri::api;
 use crate::host::{FactSources, MachineFacts, read_machine_facts};
 

@@ -224,7 +224,7 @@ async fn live_registration_status_and_lease() {
     let status = node.status.clone().unwrap_or_default();
     let info = status.node_info.clone().unwrap_or_default();
     assert_eq!(info.container_runtime_version, "fake://0.1.0");
-    assert_eq!(info.kubelet_version, crate::cli::KUBELET_VERSION);
+    assert_eq!(info.kubelet_version, crate::config::KUBELET_VERSION);
     assert!(
         status
             .capacity

@@ -22,8 +22,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Taint;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::Settings;
 use crate::cm::allocatable::AllocatableSettings;
+use crate::config::Settings;
 use crate::cri::{CriError, RuntimeClient};
 use crate::pleg::PlegHealth;
 
@@ -93,7 +93,7 @@ impl NodeSettings {
             lease_duration_seconds: cfg.node_lease_duration_seconds,
             max_images: cfg.node_status_max_images,
             root_dir: flags.root_dir.clone(),
-            kubelet_version: crate::cli::KUBELET_VERSION.to_string(),
+            kubelet_version: crate::config::KUBELET_VERSION.to_string(),
             api_timeout: heartbeat_timeout(update, lease),
         }
     }
@@ -288,7 +288,7 @@ pub(crate) fn test_settings() -> NodeSettings {
         lease_duration_seconds: 40,
         max_images: 50,
         root_dir: PathBuf::from("/var/lib/kubelet"),
-        kubelet_version: crate::cli::KUBELET_VERSION.to_string(),
+        kubelet_version: crate::config::KUBELET_VERSION.to_string(),
         api_timeout: Duration::from_secs(10),
     }
 }
@@ -328,7 +328,7 @@ mod tests {
         assert_eq!(n.status_report_frequency, Duration::from_secs(300));
         assert_eq!(n.lease_duration_seconds, 40);
         assert_eq!(n.api_timeout, Duration::from_secs(10));
-        assert_eq!(n.kubelet_version, crate::cli::KUBELET_VERSION);
+        assert_eq!(n.kubelet_version, crate::config::KUBELET_VERSION);
     }
 
     #[test]

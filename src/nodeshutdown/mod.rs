@@ -50,7 +50,7 @@ pub struct ShutdownSettings {
 
 impl ShutdownSettings {
     /// None when the configuration leaves graceful shutdown off.
-    pub fn from_settings(settings: &crate::cli::Settings) -> Option<ShutdownSettings> {
+    pub fn from_settings(settings: &crate::config::Settings) -> Option<ShutdownSettings> {
         let cfg = &settings.config;
         let by_priority: Vec<(i32, i64)> = cfg
             .shutdown_grace_period_by_pod_priority

@@ -33,7 +33,7 @@ pub async fn run(
             Outcome::Failure,
             format!(
                 "command {shown} timed out after {}",
-                crate::cli::GoDuration(timeout)
+                crate::config::GoDuration(timeout)
             ),
         ),
         Err(e) => (Outcome::Failure, e.to_string()),

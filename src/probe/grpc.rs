@@ -41,7 +41,7 @@ async fn check(host: &str, port: u16, service: &str, timeout: Duration) -> Resul
     let channel = endpoint.connect().await.map_err(|e| {
         format!(
             "timeout: failed to connect service {addr:?} within {}: {e}",
-            crate::cli::GoDuration(timeout)
+            crate::config::GoDuration(timeout)
         )
     })?;
     let mut grpc = tonic::client::Grpc::new(channel);
@@ -80,7 +80,7 @@ pub async fn run(host: &str, port: u16, service: &str, timeout: Duration) -> (Ou
             Outcome::Failure,
             format!(
                 "timeout: health rpc did not complete within {}",
-                crate::cli::GoDuration(timeout)
+                crate::config::GoDuration(timeout)
             ),
         ),
     }

@@ -62,7 +62,7 @@ impl Target {
 }
 
 pub fn user_agent() -> String {
-    let v = crate::cli::KUBELET_VERSION.trim_start_matches('v');
+    let v = crate::config::KUBELET_VERSION.trim_start_matches('v');
     let mut parts = v.split('.');
     let major = parts.next().unwrap_or("1");
     let minor = parts.next().unwrap_or("0");

@@ -88,7 +88,7 @@ const PULL_DEADLINE: Duration = Duration::from_secs(30 * 60);
 
 impl ImagePuller {
     /// `serializeImagePulls` (one at a time) or `maxParallelImagePulls` (unbounded if unset).
-    pub fn from_settings(cri: RuntimeClient, settings: &crate::cli::Settings) -> Self {
+    pub fn from_settings(cri: RuntimeClient, settings: &crate::config::Settings) -> Self {
         let cfg = &settings.config;
         let max_pulls = if cfg.serialize_image_pulls {
             1

@@ -138,7 +138,7 @@ pub struct RuntimeSettings {
 }
 
 impl RuntimeSettings {
-    pub fn new(settings: &crate::cli::Settings, host: &crate::host::Host) -> Self {
+    pub fn new(settings: &crate::config::Settings, host: &crate::host::Host) -> Self {
         let cfg = &settings.config;
         RuntimeSettings {
             node_ip: host.node_ip.clone(),
@@ -477,7 +477,7 @@ impl RuntimeManager {
         for wait in &actions.backoff {
             let message = format!(
                 "back-off {} restarting failed container={} pod={}_{}({})",
-                crate::cli::GoDuration(wait.delay),
+                crate::config::GoDuration(wait.delay),
                 wait.name,
                 pod.metadata.name.as_deref().unwrap_or_default(),
                 pod.metadata.namespace.as_deref().unwrap_or_default(),

@@ -26,7 +26,7 @@ use axum::Router;
 use axum::routing::{any, get};
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::{KubeletConfiguration, Settings};
+use crate::config::{KubeletConfiguration, Settings};
 use crate::cri::RuntimeClient;
 use crate::host::Host;
 use crate::pleg::PlegHealth;

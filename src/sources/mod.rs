@@ -31,8 +31,8 @@ pub struct SourceSettings {
     pub file_check_frequency: Duration,
 }
 
-impl From<&crate::cli::Settings> for SourceSettings {
-    fn from(settings: &crate::cli::Settings) -> Self {
+impl From<&crate::config::Settings> for SourceSettings {
+    fn from(settings: &crate::config::Settings) -> Self {
         let cfg = &settings.config;
         SourceSettings {
             node_name: settings.node_name(),

@@ -95,8 +95,8 @@ pub struct SyncSettings {
     pub loop_deadline: Duration,
 }
 
-impl From<&crate::cli::Settings> for SyncSettings {
-    fn from(settings: &crate::cli::Settings) -> Self {
+impl From<&crate::config::Settings> for SyncSettings {
+    fn from(settings: &crate::config::Settings) -> Self {
         let cfg = &settings.config;
         SyncSettings {
             resync: cfg.sync_frequency.0,

@@ -16,8 +16,8 @@ pub(crate) use usage::usage;
 pub use values::ValueError;
 pub(crate) use values::parse_bool;
 
-use super::KubeletFlags;
-use super::config::KubeletConfiguration;
+use crate::config::KubeletConfiguration;
+use crate::config::KubeletFlags;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Arity {

@@ -6,11 +6,11 @@ use super::values::{
     strings, taints, text, unsplit_string_map, vmodule,
 };
 use super::{Arity, FlagDef, Setter, ValueError};
-use crate::cli::config::{
+use crate::config::{DEFAULT_CERT_DIR, DEFAULT_POD_INFRA_IMAGE, DEFAULT_ROOT_DIR, KubeletFlags};
+use crate::config::{
     DEFAULT_CONTAINER_RUNTIME_ENDPOINT, DEFAULT_RESOLV_CONF, DEFAULT_VOLUME_PLUGIN_DIR,
     FlushFrequency, KubeletConfiguration,
 };
-use crate::cli::{DEFAULT_CERT_DIR, DEFAULT_POD_INFRA_IMAGE, DEFAULT_ROOT_DIR, KubeletFlags};
 
 /// Upstream deprecates every flag that sets a `KubeletConfiguration` field with this notice.
 const CONFIG_DEPRECATION: &str = "This parameter should be set via the config file specified by the Kubelet's --config flag. See https://kubernetes.io/docs/tasks/administer-cluster/kubelet-config-file/ for more information.";

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::Taint;
 
-use crate::cli::config::{MemoryReservation, VModuleItem};
-use crate::cli::duration::{DurationError, GoDuration, parse_go_duration};
+use crate::config::duration::{DurationError, GoDuration, parse_go_duration};
+use crate::config::{MemoryReservation, VModuleItem};
 use crate::names;
 use crate::quantity::{Amount, QuantityError};
 

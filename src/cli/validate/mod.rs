@@ -9,7 +9,7 @@ mod sections;
 pub use gates::feature_enabled;
 pub use labels::validate_node_labels;
 
-use super::config::KubeletConfiguration;
+use crate::config::KubeletConfiguration;
 
 /// The configuration under validation and the problems found so far.
 struct Check<'a> {
@@ -70,7 +70,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::cli::duration::GoDuration;
+    use crate::config::duration::GoDuration;
 
     fn base() -> KubeletConfiguration {
         KubeletConfiguration::defaulted()
@@ -138,7 +138,7 @@ mod tests {
 
     #[test]
     fn tracing_as_upstream_validates_it() {
-        use crate::cli::config::TracingConfiguration;
+        use crate::config::TracingConfiguration;
         let mut c = base();
         let set = |c: &mut KubeletConfiguration, endpoint: Option<&str>, rate: Option<i32>| {
             c.tracing = Some(TracingConfiguration {

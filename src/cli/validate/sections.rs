@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::path::{Component, Path};
 
 use super::{Check, parse_cpuset};
-use crate::cli::duration::{GoDuration, parse_go_duration};
+use crate::config::duration::{GoDuration, parse_go_duration};
 use crate::quantity::Amount;
 
 /// Every section, in upstream's order, which is the order problems are listed in.

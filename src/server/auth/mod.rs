@@ -23,7 +23,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use tracing::{debug, info};
 
-use crate::cli::config::KubeletConfiguration;
+use crate::config::KubeletConfiguration;
 use authorizer::{Authorizer, Verdict, WebhookAuthorizer};
 use token::TokenAuthenticator;
 pub use user::{Outcome, UserInfo};
@@ -235,7 +235,7 @@ pub async fn middleware(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::config::KubeletConfiguration;
+    use crate::config::KubeletConfiguration;
 
     fn user(name: &str) -> UserInfo {
         UserInfo {

@@ -16,7 +16,7 @@ use rustls::{DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureSc
 use tracing::warn;
 
 use crate::certificate::dynamic::DynamicCert;
-use crate::cli::config::KubeletConfiguration;
+use crate::config::KubeletConfiguration;
 pub use cert::ServingCertFiles;
 
 #[derive(Debug, thiserror::Error)]

@@ -24,7 +24,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::Layer;
 use tracing_subscriber::registry::LookupSpan;
 
-use crate::cli::config::TracingConfiguration;
+use crate::config::TracingConfiguration;
 use endpoint::Target;
 pub use endpoint::{DEFAULT_ENDPOINT, EndpointError, parse as parse_endpoint};
 
