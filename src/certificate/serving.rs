@@ -146,6 +146,54 @@ fn record_expiry(cert: Option<&Leaf>) {
         .unwrap_or_else(|e| e.into_inner()) = Some(value);
 }
 
+/// The serving certificate manager's part of the kubelet configuration.
+pub struct ServingSettings {
+    /// `serverTLSBootstrap`: without it the manager does not run.
+    pub enabled: bool,
+    pub cert_dir: PathBuf,
+    /// Bound on each API call (`runtimeRequestTimeout`).
+    pub timeout: Duration,
+}
+
+impl From<&crate::config::Settings> for ServingSettings {
+    fn from(settings: &crate::config::Settings) -> Self {
+        ServingSettings {
+            enabled: settings.config.server_tls_bootstrap,
+            cert_dir: settings.flags.cert_dir.clone(),
+            timeout: settings.config.runtime_request_timeout.0,
+        }
+    }
+}
+
+/// Starts the serving certificate manager when it is enabled and the authenticated port serves
+/// a certificate it may replace. Upstream starts it only with an API client, as here.
+#[allow(clippy::too_many_arguments)]
+pub fn spawn(
+    settings: ServingSettings,
+    client: kube::Client,
+    node_name: String,
+    cert: Option<Arc<DynamicCert>>,
+    addresses: watch::Receiver<Vec<NodeAddress>>,
+    tasks: &mut crate::tasks::Tasks,
+    cancel: &CancellationToken,
+) {
+    let Some(cert) = cert.filter(|_| settings.enabled) else {
+        return;
+    };
+    let rotation = ServingRotation {
+        client,
+        cert_dir: settings.cert_dir,
+        node_name,
+        timeout: settings.timeout,
+        cert,
+        addresses,
+    };
+    tasks.background(
+        "serving certificate rotation",
+        run(rotation, cancel.child_token()),
+    );
+}
+
 /// Keeps the serving certificate issued and current until `cancel`.
 pub async fn run(mut r: ServingRotation, cancel: CancellationToken) {
     let cn = format!("system:node:{}", r.node_name);

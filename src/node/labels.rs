@@ -24,6 +24,32 @@ fn labels_of(event: &Event<Node>) -> Option<BTreeMap<String, String>> {
     }
 }
 
+/// Starts the watch: the node's labels, `initial` until it has read them, and whether it has.
+pub fn spawn_watch(
+    client: kube::Client,
+    node_name: String,
+    initial: BTreeMap<String, String>,
+    tasks: &mut crate::tasks::Tasks,
+    cancel: &CancellationToken,
+) -> (
+    watch::Receiver<BTreeMap<String, String>>,
+    watch::Receiver<bool>,
+) {
+    let (labels_tx, labels) = watch::channel(initial);
+    let (synced_tx, synced) = watch::channel(false);
+    tasks.background(
+        "node label watch",
+        run_label_watch(
+            client,
+            node_name,
+            labels_tx,
+            synced_tx,
+            cancel.child_token(),
+        ),
+    );
+    (labels, synced)
+}
+
 /// Keeps `tx` equal to the node's labels until cancelled, and sets `synced` once the first list
 /// is done (the node is read, or it does not exist yet and the flags' labels are all there
 /// is); the watcher resumes and relists on its own after errors (with kube's backoff).

@@ -172,6 +172,21 @@ pub fn bind(root_dir: &Path) -> Result<tokio::net::UnixListener, PodResourcesErr
     tokio::net::UnixListener::bind(&path).map_err(|e| io("listen on", e))
 }
 
+/// Serves the bound socket until cancelled; a failure ends the kubelet.
+pub fn spawn(
+    listener: tokio::net::UnixListener,
+    status: Arc<StatusStore>,
+    feature_gates: &std::collections::BTreeMap<String, bool>,
+    tasks: &mut crate::tasks::Tasks,
+    cancel: &CancellationToken,
+) {
+    let service = PodResourcesService::new(status, get_enabled(feature_gates));
+    tasks.critical_fallible(
+        "pod-resources server",
+        serve(listener, service, cancel.child_token()),
+    );
+}
+
 pub async fn serve(
     listener: tokio::net::UnixListener,
     service: PodResourcesService,

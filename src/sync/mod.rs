@@ -8,8 +8,11 @@ mod deadline;
 mod metrics;
 pub mod security;
 mod spans;
+mod spawn;
 pub mod sysctls;
 pub mod worker;
+
+pub use spawn::{ApiNode, SecuritySettings, SyncDeps, spawn};
 
 #[cfg(test)]
 mod tests;
