@@ -1,12 +1,11 @@
 //! `--help` text in pflag's layout.
 
-use super::table::FLAGS;
+use super::table;
 use super::{FlagDef, Setter};
 
 /// `--help` output in pflag's layout, flags sorted by name; ignored flags stay hidden.
 pub(crate) fn usage() -> String {
-    let mut defs: Vec<&FlagDef> = FLAGS
-        .iter()
+    let mut defs: Vec<&FlagDef> = table::all()
         .filter(|f| !matches!(f.setter, Setter::Ignored))
         .collect();
     defs.sort_by_key(|f| f.name);
