@@ -1,75 +1,61 @@
-//! The one module that calls libc directly. Everything else in the crate is safe code
-//! (`unsafe_code` is denied in Cargo.toml); each wrapper here checks what the call needs and
-//! returns owned Rust values.
-#![allow(unsafe_code)]
+//! The few system calls the crate makes that std does not offer, through rustix: each wrapper
+//! returns owned Rust values, and the crate has no `unsafe` of its own.
 
-use std::ffi::CString;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-fn c_path(path: &Path) -> io::Result<CString> {
-    CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
-}
-
-fn check(rc: libc::c_int) -> io::Result<()> {
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// A sysconf value, or `fallback` when the system does not say.
-fn sysconf(name: libc::c_int, fallback: u64) -> u64 {
-    // SAFETY: sysconf only reads a system constant.
-    let v = unsafe { libc::sysconf(name) };
-    u64::try_from(v).ok().filter(|v| *v > 0).unwrap_or(fallback)
-}
+use rustix::mount::{MountFlags, UnmountFlags};
+use rustix::process::{Pid, Resource, Signal};
 
 /// Clock ticks per second, the unit of /proc/stat and /proc/<pid>/stat times.
 pub fn clock_ticks() -> u64 {
-    sysconf(libc::_SC_CLK_TCK, 100)
+    Some(rustix::param::clock_ticks_per_second())
+        .filter(|t| *t > 0)
+        .unwrap_or(100)
 }
 
 pub fn page_size() -> u64 {
-    sysconf(libc::_SC_PAGESIZE, 4096)
+    u64::try_from(rustix::param::page_size())
+        .ok()
+        .filter(|p| *p > 0)
+        .unwrap_or(4096)
 }
 
-/// Logical processors online now.
+/// Logical processors online now, as the kernel lists them (what glibc's
+/// `sysconf(_SC_NPROCESSORS_ONLN)` reads).
 pub fn online_cpus() -> Option<u64> {
-    Some(sysconf(libc::_SC_NPROCESSORS_ONLN, 0)).filter(|n| *n > 0)
+    let list = std::fs::read_to_string("/sys/devices/system/cpu/online").ok()?;
+    Some(count_cpu_list(list.trim())?).filter(|n| *n > 0)
+}
+
+/// The number of CPUs in a kernel CPU list such as `0-3,8,10-11`.
+fn count_cpu_list(list: &str) -> Option<u64> {
+    let mut count = 0u64;
+    for part in list.split(',').filter(|p| !p.is_empty()) {
+        count += match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (u64, u64) = (a.parse().ok()?, b.parse().ok()?);
+                b.checked_sub(a)? + 1
+            }
+            None => {
+                part.parse::<u64>().ok()?;
+                1
+            }
+        };
+    }
+    Some(count)
 }
 
 /// The machine's hostname, as the kernel has it.
 pub fn hostname() -> Option<String> {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for writes of its full length, and gethostname writes at
-    // most that many bytes.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return None;
-    }
-    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
-    Some(String::from_utf8_lossy(&buf[..end]).into_owned())
+    let uts = rustix::system::uname();
+    Some(uts.nodename().to_string_lossy().into_owned())
 }
 
 /// The kernel release (`uname -r`).
 pub fn kernel_release() -> Option<String> {
-    // SAFETY: utsname is plain old data, so all-zero is a valid value for uname to fill in.
-    let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
-    // SAFETY: the pointer refers to a live, writable utsname.
-    if unsafe { libc::uname(&mut uts) } != 0 {
-        return None;
-    }
-    let bytes: Vec<u8> = uts
-        .release
-        .iter()
-        .take_while(|c| **c != 0)
-        .map(|c| *c as u8)
-        .collect();
-    Some(String::from_utf8_lossy(&bytes).into_owned())
+    let uts = rustix::system::uname();
+    Some(uts.release().to_string_lossy().into_owned())
 }
 
 /// What statvfs(2) says of a filesystem, in bytes and inodes.
@@ -84,84 +70,67 @@ pub struct FsStats {
 }
 
 pub fn statvfs(path: &Path) -> io::Result<FsStats> {
-    let c = c_path(path)?;
-    // SAFETY: an all-zero statvfs is a valid value; the call fills it from a NUL-terminated path.
-    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a valid C string and `s` a writable statvfs.
-    check(unsafe { libc::statvfs(c.as_ptr(), &mut s) })?;
-    #[allow(clippy::unnecessary_cast)]
-    let (blocks, bfree, bavail, frsize) = (
-        s.f_blocks as u64,
-        s.f_bfree as u64,
-        s.f_bavail as u64,
-        s.f_frsize as u64,
-    );
-    #[allow(clippy::unnecessary_cast)]
+    let s = rustix::fs::statvfs(path)?;
     Ok(FsStats {
-        capacity: blocks.saturating_mul(frsize),
-        free: bfree.saturating_mul(frsize),
-        available: bavail.saturating_mul(frsize),
-        inodes: s.f_files as u64,
-        inodes_free: s.f_ffree as u64,
+        capacity: s.f_blocks.saturating_mul(s.f_frsize),
+        free: s.f_bfree.saturating_mul(s.f_frsize),
+        available: s.f_bavail.saturating_mul(s.f_frsize),
+        inodes: s.f_files,
+        inodes_free: s.f_ffree,
     })
 }
 
 /// The filesystem type (statfs(2)'s f_type magic) of the filesystem holding `path`.
 pub fn fs_magic(path: &Path) -> Option<i64> {
-    let c = c_path(path).ok()?;
-    // SAFETY: statfs(2) writes into the zeroed struct we own; `c` is a valid C string.
-    let mut buf: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    let rc = unsafe { libc::statfs(c.as_ptr(), &mut buf) };
+    let s = rustix::fs::statfs(path).ok()?;
     #[allow(clippy::unnecessary_cast)]
-    (rc == 0).then_some(buf.f_type as i64)
+    Some(s.f_type as i64)
 }
 
 /// The number of processes the kernel runs now (sysinfo(2)).
 pub fn process_count() -> Option<i64> {
-    // SAFETY: an all-zero sysinfo is valid; the call fills it in.
-    let mut info: libc::sysinfo = unsafe { std::mem::zeroed() };
-    // SAFETY: `info` is a writable sysinfo.
-    (unsafe { libc::sysinfo(&mut info) } == 0).then(|| i64::from(info.procs))
+    Some(i64::from(rustix::system::sysinfo().procs))
 }
 
-/// The soft limit on this process's open files.
+/// The soft limit on this process's open files (`u64::MAX` when unlimited).
 pub fn max_open_files() -> Option<u64> {
-    // SAFETY: an all-zero rlimit is valid; getrlimit fills it.
-    let mut r: libc::rlimit = unsafe { std::mem::zeroed() };
-    // SAFETY: `r` is a writable rlimit.
-    #[allow(clippy::unnecessary_cast)]
-    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0).then_some(r.rlim_cur as u64)
+    Some(
+        rustix::process::getrlimit(Resource::Nofile)
+            .current
+            .unwrap_or(u64::MAX),
+    )
 }
 
-/// Sends `signal` to `pid`.
-pub fn kill(pid: i32, signal: libc::c_int) -> io::Result<()> {
-    // SAFETY: kill(2) with a plain pid and signal has no memory-safety requirements.
-    check(unsafe { libc::kill(pid, signal) })
+/// Sends `signal` to `pid`; signal 0 only checks that the process exists.
+pub fn kill(pid: i32, signal: i32) -> io::Result<()> {
+    let invalid = || io::Error::from(rustix::io::Errno::INVAL);
+    let pid = Pid::from_raw(pid).ok_or_else(invalid)?;
+    if signal == 0 {
+        return Ok(rustix::process::test_kill_process(pid)?);
+    }
+    let signal = Signal::from_named_raw(signal).ok_or_else(invalid)?;
+    Ok(rustix::process::kill_process(pid, signal)?)
 }
 
 /// Mounts a fresh tmpfs on `target`, of `size_bytes` when given (else the kernel's default,
 /// half the memory).
 pub fn mount_tmpfs(target: &Path, size_bytes: Option<u64>) -> io::Result<()> {
-    let target = c_path(target)?;
-    let fstype = c_path(Path::new("tmpfs"))?;
     let options = size_bytes
         .map(|b| std::ffi::CString::new(format!("size={b}")))
         .transpose()
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-    let data = options
-        .as_ref()
-        .map_or(std::ptr::null(), |o| o.as_ptr().cast::<libc::c_void>());
-    // SAFETY: all pointers are valid NUL-terminated strings (or null data) for the duration
-    // of the call.
-    check(unsafe { libc::mount(fstype.as_ptr(), target.as_ptr(), fstype.as_ptr(), 0, data) })
+    Ok(rustix::mount::mount(
+        "tmpfs",
+        target,
+        "tmpfs",
+        MountFlags::empty(),
+        options.as_deref(),
+    )?)
 }
 
 /// Detaches the mount on `target` (umount2 with MNT_DETACH).
 pub fn unmount_detach(target: &Path) -> io::Result<()> {
-    let target = c_path(target)?;
-    // SAFETY: target is a valid NUL-terminated path.
-    check(unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) })
+    Ok(rustix::mount::unmount(target, UnmountFlags::DETACH)?)
 }
 
 #[cfg(test)]
@@ -176,6 +145,15 @@ mod tests {
         assert!(kernel_release().is_some_and(|r| !r.is_empty()));
         assert!(max_open_files().unwrap_or(0) > 0);
         assert!(process_count().unwrap_or(0) > 0);
+    }
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(count_cpu_list("0"), Some(1));
+        assert_eq!(count_cpu_list("0-3,8,10-11"), Some(7));
+        assert_eq!(count_cpu_list(""), Some(0));
+        assert_eq!(count_cpu_list("3-1"), None);
+        assert_eq!(count_cpu_list("x"), None);
     }
 
     #[test]
