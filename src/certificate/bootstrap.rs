@@ -171,7 +171,8 @@ pub(crate) fn ensure_compatible(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::certificate::{NODE_ORGANIZATION, SIGNER_NAME, USAGES, node_csr_with};
+    use crate::certificate::csr::node_csr_with;
+    use crate::certificate::{NODE_ORGANIZATION, SIGNER_NAME, USAGES};
     use k8s_openapi::ByteString;
     use k8s_openapi::api::certificates::v1::{
         CertificateSigningRequestSpec, CertificateSigningRequestStatus,
