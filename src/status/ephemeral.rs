@@ -4,7 +4,8 @@
 
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 
-use super::generate::{PodStatusInput, container_status};
+use super::container_status::container_status;
+use super::generate::PodStatusInput;
 use crate::runtime::ephemeral;
 
 /// The status the API already shows for `name`, kept when it says the container ended and the

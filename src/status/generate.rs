@@ -3,18 +3,17 @@
 use std::collections::HashMap;
 use std::time::SystemTime;
 
-use k8s_openapi::api::core::v1::{
-    Container, ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
-};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::api::core::v1::{ContainerStatus, HostIP, Pod, PodIP, PodStatus};
 
+use super::conditions::{condition, readiness_gates_unmet, regular_started};
+use super::container_status::{container_status, time};
+use super::phase::{init_complete, pod_phase};
 use crate::pod::is_sidecar;
 use crate::pod::qos::qos_class;
-use crate::probe::{self, Verdicts};
+use crate::probe::Verdicts;
 use crate::runtime::Waiting;
 use crate::runtime::actions::RestartPolicy;
-use crate::runtime::observed::{ContainerInfo, ContainerState, ObservedPod};
+use crate::runtime::observed::ObservedPod;
 
 pub struct PodStatusInput<'a> {
     pub pod: &'a Pod,
@@ -41,278 +40,6 @@ pub struct PodFailure {
     /// The kubelet ended the pod to protect the node (pressure eviction, node shutdown):
     /// the status gets upstream's `DisruptionTarget` condition with the message.
     pub disruption: bool,
-}
-
-fn time(t: SystemTime) -> Option<Time> {
-    jiff::Timestamp::try_from(t).ok().map(Time)
-}
-
-fn nanos_time(nanos: i64) -> Option<Time> {
-    crate::runtime::observed::nanos_to_time(nanos).and_then(time)
-}
-
-fn terminated(c: &ContainerInfo, runtime_name: &str) -> ContainerStateTerminated {
-    let reason = if !c.reason.is_empty() {
-        c.reason.clone()
-    } else if c.exit_code == 0 {
-        "Completed".into()
-    } else {
-        "Error".into()
-    };
-    ContainerStateTerminated {
-        exit_code: c.exit_code,
-        reason: Some(reason),
-        message: Some(c.message.clone()).filter(|m| !m.is_empty()),
-        started_at: nanos_time(c.started_at),
-        finished_at: nanos_time(c.finished_at),
-        container_id: Some(format!("{runtime_name}://{}", c.id)),
-        signal: None,
-    }
-}
-
-fn waiting_state(reason: &str, message: Option<String>) -> ApiState {
-    ApiState {
-        waiting: Some(ContainerStateWaiting {
-            reason: Some(reason.into()),
-            message,
-        }),
-        ..Default::default()
-    }
-}
-
-pub(super) fn container_status(
-    spec: &Container,
-    input: &PodStatusInput<'_>,
-    default_waiting: &str,
-    init: bool,
-) -> ContainerStatus {
-    let newest = input.observed.newest_container(&spec.name);
-    let previous = input.observed.previous_container(&spec.name);
-    let rt = input.runtime_name;
-    let last_terminated = |c: Option<&ContainerInfo>| {
-        c.filter(|c| c.state == ContainerState::Exited)
-            .map(|c| ApiState {
-                terminated: Some(terminated(c, rt)),
-                ..Default::default()
-            })
-    };
-    let (state, last_state) = match (input.waiting.get(&spec.name), newest) {
-        (Some(w), Some(n)) if n.state == ContainerState::Exited => (
-            waiting_state(&w.reason, Some(w.message.clone())),
-            last_terminated(Some(n)),
-        ),
-        (Some(w), _) => (
-            waiting_state(&w.reason, Some(w.message.clone())),
-            last_terminated(previous),
-        ),
-        (None, Some(n)) if n.state == ContainerState::Running => (
-            ApiState {
-                running: Some(ContainerStateRunning {
-                    started_at: nanos_time(n.started_at),
-                }),
-                ..Default::default()
-            },
-            last_terminated(previous),
-        ),
-        (None, Some(n)) if n.state == ContainerState::Exited => (
-            ApiState {
-                terminated: Some(terminated(n, rt)),
-                ..Default::default()
-            },
-            last_terminated(previous),
-        ),
-        (None, _) => (
-            waiting_state(default_waiting, None),
-            last_terminated(previous),
-        ),
-    };
-    let running = state.running.is_some();
-    let (ready, started) = if init && !is_sidecar(spec) {
-        // A plain init container is ready once it completed, as upstream reports it; a
-        // sidecar follows its probes like an app container.
-        let done = state.terminated.as_ref().is_some_and(|t| t.exit_code == 0);
-        (done, running)
-    } else {
-        let view = probe::view(spec, running, newest.and_then(|n| input.probes.get(&n.id)));
-        (view.ready, view.started)
-    };
-    let (allocated_resources, resources) = super::resize::container_resources(
-        spec,
-        newest
-            .filter(|n| n.state == ContainerState::Running)
-            .map(|n| n.id.as_str()),
-        &input.resize,
-    );
-    ContainerStatus {
-        name: spec.name.clone(),
-        allocated_resources,
-        resources,
-        image: spec.image.clone().unwrap_or_default(),
-        image_id: newest.map(|n| n.image_ref.clone()).unwrap_or_default(),
-        container_id: newest.map(|n| format!("{rt}://{}", n.id)),
-        restart_count: newest.map(|n| n.attempt as i32).unwrap_or(0),
-        ready,
-        started: Some(started),
-        state: Some(state),
-        last_state: Some(last_state.unwrap_or_default()),
-        ..Default::default()
-    }
-}
-
-/// Upstream's phase rules over the generated container statuses (`init` in the order of
-/// `init_specs`). Sidecars hold the pod Pending until started and keep it Running while they
-/// run; once stopped they do not count.
-pub fn pod_phase(
-    policy: RestartPolicy,
-    init_specs: &[Container],
-    init: &[ContainerStatus],
-    regular: &[ContainerStatus],
-) -> &'static str {
-    let failed_before = |s: &ContainerStatus| {
-        s.last_state
-            .as_ref()
-            .and_then(|l| l.terminated.as_ref())
-            .map(|t| t.exit_code != 0)
-    };
-    let mut pending_init = 0;
-    let mut failed_init = 0;
-    let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
-    for (spec, s) in init_specs.iter().zip(init) {
-        let st = s.state.clone().unwrap_or_default();
-        if is_sidecar(spec) {
-            if st.running.is_some() {
-                running += 1;
-                if s.started != Some(true) {
-                    pending_init += 1;
-                }
-            } else if st.terminated.is_none() && failed_before(s).is_none() {
-                pending_init += 1;
-                waiting += 1;
-            }
-            continue;
-        }
-        if let Some(t) = st.terminated {
-            if t.exit_code != 0 {
-                failed_init += 1;
-            }
-        } else if st.waiting.is_some() {
-            match failed_before(s) {
-                Some(true) => failed_init += 1,
-                Some(false) => {}
-                None => pending_init += 1,
-            }
-        } else {
-            pending_init += 1;
-        }
-    }
-    pending_init += init_specs.len().saturating_sub(init.len());
-    for s in regular {
-        let st = s.state.clone().unwrap_or_default();
-        if st.running.is_some() {
-            running += 1;
-        } else if let Some(t) = st.terminated {
-            stopped += 1;
-            if t.exit_code == 0 {
-                succeeded += 1;
-            }
-        } else if failed_before(s).is_some() {
-            stopped += 1;
-        } else {
-            waiting += 1;
-        }
-    }
-    if failed_init > 0 && policy == RestartPolicy::Never {
-        return "Failed";
-    }
-    // Init containers pending again (a sidecar restarting, records removed) do not send a
-    // pod whose app containers have run back to Pending.
-    if (pending_init > 0 && !regular_started(regular)) || waiting > 0 {
-        return "Pending";
-    }
-    if running > 0 {
-        return "Running";
-    }
-    if stopped > 0 {
-        return match policy {
-            RestartPolicy::Always => "Running",
-            RestartPolicy::OnFailure if stopped == succeeded => "Succeeded",
-            RestartPolicy::OnFailure => "Running",
-            RestartPolicy::Never if stopped == succeeded => "Succeeded",
-            RestartPolicy::Never => "Failed",
-        };
-    }
-    "Pending"
-}
-
-/// Whether an init container has done its part: completed, or for a sidecar, started.
-fn init_complete(spec: &Container, s: &ContainerStatus) -> bool {
-    if is_sidecar(spec) {
-        s.started == Some(true)
-    } else {
-        succeeded(s)
-    }
-}
-
-fn condition(
-    type_: &str,
-    ok: bool,
-    reason: Option<&str>,
-    message: Option<String>,
-    at: &Option<Time>,
-) -> PodCondition {
-    PodCondition {
-        type_: type_.into(),
-        status: if ok { "True" } else { "False" }.into(),
-        reason: reason.map(str::to_string),
-        message,
-        last_transition_time: at.clone(),
-        ..Default::default()
-    }
-}
-
-/// Why the pod's readiness gates hold it back, in upstream's words, if they do.
-fn readiness_gates_unmet(pod: &Pod) -> Option<String> {
-    let gates = pod.spec.as_ref()?.readiness_gates.as_ref()?;
-    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
-    for gate in gates {
-        let found = conditions
-            .into_iter()
-            .flatten()
-            .find(|c| c.type_ == gate.condition_type);
-        match found {
-            None => {
-                return Some(format!(
-                    "corresponding condition of pod readiness gate \"{}\" does not exist.",
-                    gate.condition_type
-                ));
-            }
-            Some(c) if c.status != "True" => {
-                return Some(format!(
-                    "the status of pod readiness gate \"{}\" is not \"True\", but {}",
-                    gate.condition_type, c.status
-                ));
-            }
-            Some(_) => {}
-        }
-    }
-    None
-}
-
-/// A regular container that ever ran means the init containers completed at some point.
-fn regular_started(statuses: &[ContainerStatus]) -> bool {
-    statuses.iter().any(|s| {
-        s.container_id.is_some()
-            && s.state
-                .as_ref()
-                .is_some_and(|st| st.running.is_some() || st.terminated.is_some())
-    })
-}
-
-fn succeeded(s: &ContainerStatus) -> bool {
-    s.state
-        .as_ref()
-        .and_then(|st| st.terminated.as_ref())
-        .is_some_and(|t| t.exit_code == 0)
 }
 
 pub fn generate_pod_status(input: &PodStatusInput<'_>) -> PodStatus {
@@ -474,7 +201,9 @@ pub fn generate_pod_status(input: &PodStatusInput<'_>) -> PodStatus {
 mod tests {
     use super::*;
     use crate::runtime::observed::SandboxInfo;
+    use crate::runtime::observed::{ContainerInfo, ContainerState};
     use k8s_openapi::api::core::v1::PodSpec;
+    use k8s_openapi::api::core::v1::{Container, PodCondition};
     use std::time::Duration;
 
     fn pod(policy: &str) -> Pod {

@@ -2,10 +2,13 @@
 //! whoever reads it (the read-only API now, the API server later).
 
 pub mod apiserver;
+mod conditions;
+mod container_status;
 mod ephemeral;
 mod generate;
 mod history;
 pub mod mirror;
+mod phase;
 pub mod resize;
 mod terminal;
 
