@@ -298,7 +298,6 @@ async fn wait_for_certificate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pki::der;
     use k8s_openapi::api::certificates::v1::{
         CertificateSigningRequestCondition, CertificateSigningRequestStatus,
     };
@@ -312,22 +311,22 @@ mod tests {
 
     /// Subject attributes (OID, value) and the key algorithm OIDs of a DER CSR.
     fn parse_csr(der_bytes: &[u8]) -> (Vec<Attribute>, Vec<Vec<u8>>) {
-        let (csr, _) = der::read(der_bytes).unwrap();
-        let parts = der::children(csr.body).unwrap();
-        let info = der::children(parts[0].body).unwrap();
-        let mut subject = vec![];
-        for set in der::children(info[1].body).unwrap() {
-            for atv in der::children(set.body).unwrap() {
-                let kv = der::children(atv.body).unwrap();
-                subject.push((
-                    kv[0].body.to_vec(),
-                    String::from_utf8(kv[1].body.to_vec()).unwrap(),
-                ));
-            }
-        }
-        let spki = der::children(info[2].body).unwrap();
-        let alg = der::children(spki[0].body).unwrap();
-        (subject, alg.iter().map(|t| t.body.to_vec()).collect())
+        use x509_parser::certification_request::X509CertificationRequest;
+        use x509_parser::prelude::FromDer;
+        let (_, csr) = X509CertificationRequest::from_der(der_bytes).unwrap();
+        let info = &csr.certification_request_info;
+        let subject = info
+            .subject
+            .iter_attributes()
+            .map(|atv| {
+                let value = String::from_utf8(atv.attr_value().data.to_vec()).unwrap();
+                (atv.attr_type().as_bytes().to_vec(), value)
+            })
+            .collect();
+        let alg = &info.subject_pki.algorithm;
+        let curve = alg.parameters.as_ref().unwrap().as_oid().unwrap();
+        let oids = [alg.algorithm.as_bytes().to_vec(), curve.as_bytes().to_vec()];
+        (subject, oids.to_vec())
     }
 
     #[test]

@@ -42,7 +42,7 @@ struct Leaf {
 fn leaf(cert: &[u8]) -> Option<Leaf> {
     use x509_parser::extensions::GeneralName;
     let (_, c) = x509_parser::parse_x509_certificate(cert).ok()?;
-    let (not_before, not_after) = crate::pki::der::validity(cert)?;
+    let (not_before, not_after) = crate::pki::validity(cert)?;
     let mut dns_names = Vec::new();
     let mut ips = Vec::new();
     if let Ok(Some(san)) = c.subject_alternative_name() {
@@ -109,7 +109,7 @@ pub fn initial_pair(cert_dir: &Path, cert_file: &str, key_file: &str) -> Option<
             let expired = pair
                 .cert
                 .first()
-                .and_then(|c| crate::pki::der::validity(c))
+                .and_then(|c| crate::pki::validity(c))
                 .is_none_or(|(_, until)| until < Timestamp::now());
             if expired {
                 warn!(cert = %cert.display(), "Serving certificate in the store has expired; requesting a new one");

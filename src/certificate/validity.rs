@@ -6,7 +6,7 @@ use std::path::Path;
 use jiff::Timestamp;
 
 use super::CertError;
-use crate::pki::der;
+use crate::pki;
 
 /// The validity window of the first certificate in PEM text.
 pub(super) fn first_validity(pem_text: &[u8]) -> Option<(Timestamp, Timestamp)> {
@@ -14,7 +14,7 @@ pub(super) fn first_validity(pem_text: &[u8]) -> Option<(Timestamp, Timestamp)> 
         .ok()?
         .iter()
         .find(|p| p.tag() == "CERTIFICATE")
-        .and_then(|p| der::validity(p.contents()))
+        .and_then(|p| pki::validity(p.contents()))
 }
 
 pub(super) fn read_validity(path: &Path) -> Result<(Timestamp, Timestamp), CertError> {
@@ -33,7 +33,7 @@ pub(super) fn certs_unexpired(pem_text: &[u8], now: Timestamp) -> bool {
     let certs: Vec<_> = blocks
         .iter()
         .filter(|p| p.tag() == "CERTIFICATE")
-        .map(|p| der::validity(p.contents()))
+        .map(|p| pki::validity(p.contents()))
         .collect();
     !certs.is_empty()
         && certs

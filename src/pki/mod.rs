@@ -10,16 +10,16 @@
 //! a v1 intermediate is refused here as Go refuses it: without basicConstraints it may not
 //! sign.
 
+use jiff::Timestamp;
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
 use rustls::{DigitallySignedStruct, SignatureScheme};
+use x509_parser::asn1_rs::{Any, FromDer, Tag};
 use x509_parser::certificate::X509Certificate;
 use x509_parser::x509::X509Version;
-
-pub(crate) mod der;
 
 /// Why a certificate or key cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -109,16 +109,31 @@ pub fn certified_key_from_pem(
     certified_key(certs_from_pem(cert_pem)?, key_from_pem(key_pem)?, provider)
 }
 
+/// The first DER element of `input`, if it has tag `tag`, and what follows it.
+fn element(input: &[u8], tag: Tag) -> Option<(Any<'_>, &[u8])> {
+    let (rest, any) = Any::from_der(input).ok()?;
+    (any.tag() == tag).then_some((any, rest))
+}
+
+/// A BIT STRING's bytes; its first byte counts unused bits, and keys and signatures use whole
+/// bytes.
+fn whole_bytes<'a>(bits: &Any<'a>) -> Option<&'a [u8]> {
+    bits.data.strip_prefix(&[0])
+}
+
 /// The AlgorithmIdentifier contents and the key bits of a SubjectPublicKeyInfo.
 fn spki_parts(spki: &[u8]) -> Option<(&[u8], &[u8])> {
-    let (seq, _) = der::read(spki).filter(|(t, _)| t.tag == der::SEQUENCE)?;
-    let parts = der::children(seq.body)?;
-    let [alg, bits] = parts.as_slice() else {
-        return None;
-    };
-    // A BIT STRING's first byte counts unused bits; keys use whole bytes.
-    let key = bits.body.strip_prefix(&[0])?;
-    (alg.tag == der::SEQUENCE && bits.tag == 0x03).then_some((alg.body, key))
+    let (seq, _) = element(spki, Tag::Sequence)?;
+    let (alg, rest) = element(seq.data, Tag::Sequence)?;
+    let (bits, rest) = element(rest, Tag::BitString)?;
+    rest.is_empty().then_some((alg.data, whole_bytes(&bits)?))
+}
+
+/// notBefore and notAfter of a DER certificate.
+pub(crate) fn validity(cert: &[u8]) -> Option<(Timestamp, Timestamp)> {
+    let v = parse(cert).ok()?.validity().clone();
+    let at = |t: x509_parser::time::ASN1Time| Timestamp::from_second(t.timestamp()).ok();
+    Some((at(v.not_before)?, at(v.not_after)?))
 }
 
 /// Verifies `signature` over `message` by the key in `spki` with one of `algs`, picking the
@@ -154,7 +169,7 @@ fn tls13_scheme(scheme: SignatureScheme) -> bool {
     )
 }
 
-/// A peer's handshake signature checked against its certificate's key, read by our own parser
+/// A peer's handshake signature checked against its certificate's key, read with x509-parser
 /// so v1 certificates work (rustls's own check parses the certificate with webpki).
 pub fn verify_handshake_signature(
     message: &[u8],
@@ -199,11 +214,13 @@ const MAX_CHAIN: usize = 8;
 
 /// The TBS bytes, signature algorithm contents and signature of a DER certificate.
 fn signed_parts(cert: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
-    let (outer, _) = der::read(cert).filter(|(t, _)| t.tag == der::SEQUENCE)?;
-    let (tbs, rest) = der::read_raw(outer.body)?;
-    let (alg, rest) = der::read(rest).filter(|(t, _)| t.tag == der::SEQUENCE)?;
-    let (sig, _) = der::read(rest).filter(|(t, _)| t.tag == 0x03)?;
-    Some((tbs, alg.body, sig.body.strip_prefix(&[0])?))
+    let (outer, _) = element(cert, Tag::Sequence)?;
+    let (_, rest) = element(outer.data, Tag::Sequence)?;
+    // The signature covers the TBS element whole, tag and length included.
+    let tbs = &outer.data[..outer.data.len() - rest.len()];
+    let (alg, rest) = element(rest, Tag::Sequence)?;
+    let (sig, _) = element(rest, Tag::BitString)?;
+    Some((tbs, alg.data, whole_bytes(&sig)?))
 }
 
 /// Whether `issuer` signed `cert`.
@@ -360,6 +377,19 @@ mod tests {
 
     fn ring() -> CryptoProvider {
         rustls::crypto::ring::default_provider()
+    }
+
+    #[test]
+    fn validity_windows_of_v1_and_v3_certificates() {
+        assert!(validity(b"not a certificate").is_none());
+        let ca = TestCa::v3("ca");
+        let (v3, _) = ca.v3_leaf("n1", "n1", true);
+        let (v1, _) = ca.v1_leaf("system:node:n1", None);
+        let now = Timestamp::from_second(now()).unwrap();
+        for cert in [&v3, &v1, &ca.der] {
+            let (from, until) = validity(cert).unwrap();
+            assert!(from <= now && now <= until, "{from} {until}");
+        }
     }
 
     #[test]

@@ -18,7 +18,10 @@ use tracing::{info, warn};
 
 use super::AuthError;
 use super::user::{Outcome, UserInfo};
-use crate::pki::{self, der};
+use x509_parser::oid_registry::{OID_X509_COMMON_NAME, OID_X509_ORGANIZATION_NAME};
+use x509_parser::x509::X509Name;
+
+use crate::pki;
 
 /// How often, at most, the CA file's modification time is looked at.
 const RELOAD_CHECK: Duration = Duration::from_secs(5);
@@ -169,37 +172,35 @@ pub struct Subject {
     pub organizations: Vec<String>,
 }
 
-const OID_COMMON_NAME: &[u8] = &[0x55, 0x04, 0x03];
-const OID_ORGANIZATION: &[u8] = &[0x55, 0x04, 0x0a];
-
 /// The subject's CN (the last one, if repeated, as Go keeps) and every O in order.
 pub fn subject(cert: &[u8]) -> Option<Subject> {
-    let (cert, _) = der::read(cert).filter(|(t, _)| t.tag == der::SEQUENCE)?;
-    let (tbs, _) = der::read(cert.body).filter(|(t, _)| t.tag == der::SEQUENCE)?;
-    let fields = der::children(tbs.body)?;
-    // An explicit [0] version may precede: serial, signature, issuer, validity, subject.
-    let skip = usize::from(fields.first()?.tag == 0xa0);
-    let name = fields.get(skip + 4).filter(|t| t.tag == der::SEQUENCE)?;
-    name_fields(name.body)
+    let (_, cert) = x509_parser::parse_x509_certificate(cert).ok()?;
+    Some(fields_of(cert.subject()))
 }
 
-/// CN and O from the body of an X.501 Name (a sequence of attribute sets).
+/// CN and O of a DER X.501 Name.
+#[cfg(test)]
 fn name_fields(name: &[u8]) -> Option<Subject> {
+    use x509_parser::prelude::FromDer;
+    let (_, name) = X509Name::from_der(name).ok()?;
+    Some(fields_of(&name))
+}
+
+fn fields_of(name: &X509Name<'_>) -> Subject {
     let mut out = Subject::default();
-    for rdn in der::children(name)? {
-        for atv in der::children(rdn.body)? {
-            let parts = der::children(atv.body)?;
-            let [oid, value] = parts.as_slice() else {
-                return None;
-            };
-            if oid.body == OID_COMMON_NAME {
-                out.common_name = text(value.tag, value.body);
-            } else if oid.body == OID_ORGANIZATION {
-                out.organizations.push(text(value.tag, value.body));
+    for rdn in name.iter() {
+        for atv in rdn.iter() {
+            let value = atv.attr_value();
+            // Universal string tags fit in one byte.
+            let read = || text(value.tag().0 as u8, value.data);
+            if *atv.attr_type() == OID_X509_COMMON_NAME {
+                out.common_name = read();
+            } else if *atv.attr_type() == OID_X509_ORGANIZATION_NAME {
+                out.organizations.push(read());
             }
         }
     }
-    Some(out)
+    out
 }
 
 /// A directory string's text: UTF-8, Printable, IA5, Teletex (read as Latin-1) or BMP.
@@ -271,6 +272,9 @@ mod tests {
         v
     }
 
+    const OID_COMMON_NAME: &[u8] = &[0x55, 0x04, 0x03];
+    const OID_ORGANIZATION: &[u8] = &[0x55, 0x04, 0x0a];
+
     fn attr(oid: &[u8], tag: u8, value: &str) -> Vec<u8> {
         let seq = [tlv(0x06, oid), tlv(tag, value.as_bytes())].concat();
         tlv(0x31, &tlv(0x30, &seq))
@@ -278,13 +282,16 @@ mod tests {
 
     #[test]
     fn subject_gives_last_cn_and_every_o() {
-        let name = [
-            attr(OID_ORGANIZATION, 0x0c, "dev"),
-            attr(OID_COMMON_NAME, 0x13, "first"),
-            attr(OID_ORGANIZATION, 0x13, "ops"),
-            attr(OID_COMMON_NAME, 0x0c, "alice"),
-        ]
-        .concat();
+        let name = tlv(
+            0x30,
+            &[
+                attr(OID_ORGANIZATION, 0x0c, "dev"),
+                attr(OID_COMMON_NAME, 0x13, "first"),
+                attr(OID_ORGANIZATION, 0x13, "ops"),
+                attr(OID_COMMON_NAME, 0x0c, "alice"),
+            ]
+            .concat(),
+        );
         assert_eq!(
             name_fields(&name),
             Some(Subject {

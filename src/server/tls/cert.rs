@@ -19,7 +19,6 @@ use tracing::{info, warn};
 
 use super::TlsError;
 use crate::certificate::store;
-use crate::pki::der;
 
 pub const SELF_SIGNED_CERT: &str = "kubelet.crt";
 pub const SELF_SIGNED_KEY: &str = "kubelet.key";
@@ -59,7 +58,7 @@ fn read_pair(files: &ServingCertFiles) -> Result<ServingCert, String> {
 fn still_valid(cert: &ServingCert, now: Timestamp) -> bool {
     cert.chain
         .first()
-        .and_then(|c| der::validity(c))
+        .and_then(|c| crate::pki::validity(c))
         .is_some_and(|(from, until)| from <= now && now < until)
 }
 
