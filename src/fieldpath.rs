@@ -96,6 +96,19 @@ fn go_quote(s: &str) -> String {
     out
 }
 
+/// Why a `resourceFieldRef` has no value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResourceFieldError {
+    #[error("resourceFieldRef needs a containerName")]
+    NoContainer,
+    #[error("resourceFieldRef names unknown container {0:?}")]
+    UnknownContainer(String),
+    #[error("unsupported resource {0:?}")]
+    Unsupported(String),
+    #[error("{0}")]
+    Quantity(#[from] crate::quantity::QuantityError),
+}
+
 /// `resourceFieldRef`: a container's request or limit (a missing limit means the node's
 /// allocatable), divided by the divisor and rounded up, as upstream renders it. `own` is the
 /// container an env var belongs to; a volume item must name its container.
@@ -104,9 +117,10 @@ pub fn resource_field(
     own: Option<&Container>,
     r: &ResourceFieldSelector,
     node: NodeAllocatable,
-) -> Result<String, String> {
+) -> Result<String, ResourceFieldError> {
+    let unsupported = || ResourceFieldError::Unsupported(r.resource.clone());
     let target = match r.container_name.as_deref().filter(|n| !n.is_empty()) {
-        None => own.ok_or_else(|| "resourceFieldRef needs a containerName".to_string())?,
+        None => own.ok_or(ResourceFieldError::NoContainer)?,
         Some(name) => pod
             .spec
             .iter()
@@ -116,28 +130,24 @@ pub fn resource_field(
                     .chain(s.init_containers.iter().flatten())
             })
             .find(|c| c.name == name)
-            .ok_or_else(|| format!("resourceFieldRef names unknown container {name:?}"))?,
+            .ok_or_else(|| ResourceFieldError::UnknownContainer(name.to_string()))?,
     };
-    let (which, resource) = r
-        .resource
-        .split_once('.')
-        .ok_or_else(|| format!("unsupported resource {:?}", r.resource))?;
+    let (which, resource) = r.resource.split_once('.').ok_or_else(unsupported)?;
     let res = target.resources.as_ref();
     let map = match which {
         "limits" => res.and_then(|x| x.limits.as_ref()),
         "requests" => res.and_then(|x| x.requests.as_ref()),
-        _ => return Err(format!("unsupported resource {:?}", r.resource)),
+        _ => return Err(unsupported()),
     };
     let set = map
         .and_then(|m| m.get(resource))
         .map(Amount::of)
-        .transpose()
-        .map_err(|e| e.to_string())?;
+        .transpose()?;
     let node = match resource {
         "cpu" => Amount::from_millis(node.cpu_millis),
         "memory" => Amount::from_units(node.memory_bytes),
         "ephemeral-storage" => Amount::ZERO,
-        _ => return Err(format!("unsupported resource {:?}", r.resource)),
+        _ => return Err(unsupported()),
     };
     let value = set.unwrap_or(if which == "limits" {
         node
@@ -148,8 +158,7 @@ pub fn resource_field(
         .divisor
         .as_ref()
         .map(Amount::of)
-        .transpose()
-        .map_err(|e| e.to_string())?
+        .transpose()?
         .filter(|d| *d > Amount::ZERO)
         .unwrap_or(Amount::from_units(1));
     // Ceiling division on non-negative values.
@@ -196,7 +205,9 @@ mod tests {
             resource: "limits.cpu".into(),
             ..Default::default()
         };
-        let err = resource_field(&Pod::default(), None, &unnamed, node).unwrap_err();
+        let err = resource_field(&Pod::default(), None, &unnamed, node)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("containerName"), "{err}");
     }
 

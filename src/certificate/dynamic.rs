@@ -48,16 +48,41 @@ impl std::fmt::Debug for DynamicCert {
     }
 }
 
+/// Why a certificate and key pair could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum PairError {
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", cert.display())]
+    Pair {
+        cert: PathBuf,
+        #[source]
+        source: pki::PkiError,
+    },
+}
+
 /// The pair in two PEM files, checked to belong together.
-pub fn load_pair(cert: &std::path::Path, key: &std::path::Path) -> Result<CertifiedKey, String> {
-    let read = |p: &std::path::Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+pub fn load_pair(cert: &std::path::Path, key: &std::path::Path) -> Result<CertifiedKey, PairError> {
+    let read = |p: &std::path::Path| {
+        std::fs::read(p).map_err(|source| PairError::Read {
+            path: p.to_path_buf(),
+            source,
+        })
+    };
     let (cert_pem, key_pem) = (read(cert)?, read(key)?);
     pki::certified_key_from_pem(
         &cert_pem,
         &key_pem,
         &rustls::crypto::ring::default_provider(),
     )
-    .map_err(|e| format!("{}: {e}", cert.display()))
+    .map_err(|source| PairError::Pair {
+        cert: cert.to_path_buf(),
+        source,
+    })
 }
 
 impl DynamicCert {
@@ -72,7 +97,7 @@ impl DynamicCert {
     /// Serves the pair in `cert`/`key` (which must load now) and follows later rewrites; a
     /// rewrite that does not load (half written, or a key that is not the certificate's)
     /// leaves the previous pair in service, as upstream does.
-    pub fn watching(cert: PathBuf, key: PathBuf) -> Result<Self, String> {
+    pub fn watching(cert: PathBuf, key: PathBuf) -> Result<Self, PairError> {
         let mut watched = Watched {
             cert,
             key,

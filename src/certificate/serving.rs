@@ -293,7 +293,7 @@ async fn request(
         &key_pem,
         Timestamp::now(),
     )?;
-    let pair = load_pair(&file, &file).map_err(CertError::BadCertificate)?;
+    let pair = load_pair(&file, &file).map_err(|e| CertError::BadCertificate(e.to_string()))?;
     r.cert.set(pair);
     Ok(file)
 }

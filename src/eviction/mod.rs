@@ -92,12 +92,18 @@ pub struct EvictionSettings {
 
 impl EvictionSettings {
     /// Fails with upstream's message when a threshold cannot be parsed.
-    pub fn from_settings(settings: &crate::config::Settings) -> Result<Self, String> {
+    pub fn from_settings(
+        settings: &crate::config::Settings,
+    ) -> Result<Self, thresholds::ThresholdError> {
         let cfg = &settings.config;
         let mut grace = std::collections::BTreeMap::new();
         for (signal, raw) in &cfg.eviction_soft_grace_period {
-            let d = crate::config::duration::parse_go_duration(raw)
-                .map_err(|e| format!("evictionSoftGracePeriod {signal}: {e}"))?;
+            let d = crate::config::duration::parse_go_duration(raw).map_err(|e| {
+                thresholds::ThresholdError::Grace {
+                    signal: signal.clone(),
+                    reason: e.to_string(),
+                }
+            })?;
             grace.insert(signal.clone(), d);
         }
         let thresholds = thresholds::parse(

@@ -103,6 +103,34 @@ pub enum Value {
     Percentage(f32),
 }
 
+/// Why a threshold value cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValueError {
+    #[error("invalid percentage {0:?}")]
+    Percentage(String),
+    #[error("{0}")]
+    Quantity(#[from] crate::quantity::QuantityError),
+    #[error("must be positive: {0}")]
+    Negative(String),
+}
+
+/// Why the eviction thresholds cannot be read, in upstream's words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ThresholdError {
+    #[error("unsupported eviction signal {0}")]
+    Signal(String),
+    #[error("eviction threshold {name}: {source}")]
+    Value {
+        name: String,
+        #[source]
+        source: ValueError,
+    },
+    #[error("grace period must be specified for the soft eviction threshold {0}")]
+    NoGrace(String),
+    #[error("evictionSoftGracePeriod {signal}: {reason}")]
+    Grace { signal: String, reason: String },
+}
+
 impl Value {
     /// In the signal's unit, given its capacity (upstream rounds a share down).
     pub fn resolve(self, capacity: i64) -> i64 {
@@ -113,7 +141,7 @@ impl Value {
     }
 
     /// `None` for a threshold that is switched off ("0%" or "100%", as upstream reads them).
-    fn parse(raw: &str) -> Result<Option<Value>, String> {
+    fn parse(raw: &str) -> Result<Option<Value>, ValueError> {
         let raw = raw.trim();
         if let Some(p) = raw.strip_suffix('%') {
             if raw == "0%" || raw == "100%" {
@@ -122,15 +150,15 @@ impl Value {
             let pct: f32 = p
                 .trim()
                 .parse()
-                .map_err(|_| format!("invalid percentage {raw:?}"))?;
+                .map_err(|_| ValueError::Percentage(raw.to_string()))?;
             if !(0.0..=100.0).contains(&pct) {
-                return Err(format!("invalid percentage {raw:?}"));
+                return Err(ValueError::Percentage(raw.to_string()));
             }
             return Ok(Some(Value::Percentage(pct / 100.0)));
         }
-        let amount = Amount::parse(raw).map_err(|e| e.to_string())?;
+        let amount = Amount::parse(raw)?;
         if amount < Amount::ZERO {
-            return Err(format!("must be positive: {raw}"));
+            return Err(ValueError::Negative(raw.to_string()));
         }
         let units = amount.nano().div_euclid(NANO) + i128::from(amount.nano() % NANO != 0);
         Ok(Some(Value::Quantity(
@@ -191,13 +219,16 @@ pub fn parse(
     soft_grace: &BTreeMap<String, Duration>,
     min_reclaim: &BTreeMap<String, String>,
     enforce_pods: bool,
-) -> Result<Vec<Threshold>, String> {
-    let statement = |name: &String, raw: &String| -> Result<Option<(Signal, Value)>, String> {
-        let signal =
-            Signal::parse(name).ok_or_else(|| format!("unsupported eviction signal {name}"))?;
-        let value = Value::parse(raw).map_err(|e| format!("eviction threshold {name}: {e}"))?;
-        Ok(value.map(|v| (signal, v)))
-    };
+) -> Result<Vec<Threshold>, ThresholdError> {
+    let statement =
+        |name: &String, raw: &String| -> Result<Option<(Signal, Value)>, ThresholdError> {
+            let signal = Signal::parse(name).ok_or_else(|| ThresholdError::Signal(name.clone()))?;
+            let value = Value::parse(raw).map_err(|source| ThresholdError::Value {
+                name: name.clone(),
+                source,
+            })?;
+            Ok(value.map(|v| (signal, v)))
+        };
     let mut out = Vec::new();
     for (name, raw) in hard {
         if let Some((signal, value)) = statement(name, raw)? {
@@ -211,9 +242,9 @@ pub fn parse(
     }
     for (name, raw) in soft {
         if let Some((signal, value)) = statement(name, raw)? {
-            let grace = *soft_grace.get(name).ok_or_else(|| {
-                format!("grace period must be specified for the soft eviction threshold {name}")
-            })?;
+            let grace = *soft_grace
+                .get(name)
+                .ok_or_else(|| ThresholdError::NoGrace(name.clone()))?;
             out.push(Threshold {
                 signal,
                 value,
@@ -321,7 +352,8 @@ mod tests {
             &BTreeMap::new(),
             false,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert_eq!(
             err,
             "grace period must be specified for the soft eviction threshold nodefs.available"

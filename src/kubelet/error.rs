@@ -40,7 +40,7 @@ pub enum KubeletError {
     PodResources(#[from] podresources::PodResourcesError),
     /// The eviction thresholds cannot be parsed.
     #[error("eviction settings: {0}")]
-    Eviction(String),
+    Eviction(#[from] crate::eviction::thresholds::ThresholdError),
     /// The container log rotation settings are unusable.
     #[error("failed to initialize container log manager")]
     LogRotation(#[from] logrotate::PolicyError),

@@ -107,8 +107,7 @@ pub(super) fn spawn(
         stats: stats.clone(),
         collectors,
     };
-    let eviction_settings =
-        eviction::EvictionSettings::from_settings(settings).map_err(KubeletError::Eviction)?;
+    let eviction_settings = eviction::EvictionSettings::from_settings(settings)?;
     let pressure = eviction::spawn(eviction_settings, deps, kills, tasks, cancel);
     let view = NodeView {
         settings: NodeSettings::from_settings(settings, &core.host.node_ip),

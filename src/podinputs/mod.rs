@@ -29,6 +29,8 @@ pub enum InputError {
     Api(String),
     #[error("needs an API server (run with --kubeconfig)")]
     NoApiServer,
+    #[error(transparent)]
+    Token(#[from] tokens::TokenError),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,10 +131,10 @@ impl PodInputSource {
         expiration_seconds: i64,
     ) -> Result<String, InputError> {
         let client = self.client.as_ref().ok_or(InputError::NoApiServer)?;
-        self.tokens
+        Ok(self
+            .tokens
             .token(client, pod, audience, expiration_seconds)
-            .await
-            .map_err(InputError::Api)
+            .await?)
     }
 
     /// Drops what is kept for the pod (its tokens), at teardown.

@@ -15,6 +15,17 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_EXPIRATION_SECONDS: i64 = 3600;
 const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 
+/// Why no token could be had.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    #[error("failed to fetch token: {0}")]
+    Request(#[from] kube::Error),
+    #[error("failed to fetch token: the request timed out")]
+    Timeout,
+    #[error("failed to fetch token: the answer has no status")]
+    NoStatus,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Key {
     pod_uid: String,
@@ -62,7 +73,7 @@ impl TokenCache {
         pod: &Pod,
         audience: &str,
         expiration_seconds: i64,
-    ) -> Result<String, String> {
+    ) -> Result<String, TokenError> {
         self.token_at(client, pod, audience, expiration_seconds, SystemTime::now())
             .await
     }
@@ -76,7 +87,7 @@ impl TokenCache {
         audience: &str,
         expiration_seconds: i64,
         now: SystemTime,
-    ) -> Result<String, String> {
+    ) -> Result<String, TokenError> {
         let meta = &pod.metadata;
         let service_account = pod
             .spec
@@ -119,15 +130,10 @@ impl TokenCache {
         let params = PostParams::default();
         let call = api.create_token_request(&key.service_account, &params, &request);
         let issued = match tokio::time::timeout(REQUEST_TIMEOUT, call).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => {
-                return Err(format!("failed to fetch token: {e}"));
-            }
-            Err(_) => return Err("failed to fetch token: the request timed out".into()),
+            Ok(r) => r?,
+            Err(_) => return Err(TokenError::Timeout),
         };
-        let status = issued
-            .status
-            .ok_or_else(|| "failed to fetch token: the answer has no status".to_string())?;
+        let status = issued.status.ok_or(TokenError::NoStatus)?;
         let expires = SystemTime::from(status.expiration_timestamp.0);
         self.lock().insert(
             key,

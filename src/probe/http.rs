@@ -140,19 +140,52 @@ fn tls_connector() -> tokio_rustls::TlsConnector {
     }
 }
 
+/// Why a GET got no answer, worded as Go's HTTP client words it (probe output and hook events
+/// carry it).
+#[derive(Debug, thiserror::Error)]
+pub enum GetError {
+    /// The HTTP exchange itself failed.
+    #[error("{0}")]
+    Http(#[from] hyper::Error),
+    #[error("{0}")]
+    Request(#[from] http::Error),
+    #[error("dial tcp {addr}: {source}")]
+    Dial {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{host}: {reason}")]
+    ServerName { host: String, reason: String },
+    #[error("tls handshake with {addr}: {source}")]
+    Tls {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("Get \"{url}\": {source}")]
+    Get {
+        url: String,
+        #[source]
+        source: Box<GetError>,
+    },
+    #[error("Get \"{url}\": stopped after {MAX_REDIRECTS} redirects")]
+    Redirects { url: String },
+    #[error("Get \"{url}\": context deadline exceeded")]
+    Timeout { url: String },
+}
+
 struct Response {
     status: u16,
     location: Option<String>,
     body: Vec<u8>,
 }
 
-async fn exchange<S>(io: S, target: &Target) -> Result<Response, String>
+async fn exchange<S>(io: S, target: &Target) -> Result<Response, GetError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
-        .await
-        .map_err(|e| e.to_string())?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
     let conn = tokio::spawn(conn);
     let mut req = http::Request::builder().method("GET").uri(&target.path);
     let has = |name: &str| {
@@ -173,10 +206,8 @@ where
     for (k, v) in &target.headers {
         req = req.header(k.as_str(), v.as_str());
     }
-    let req = req
-        .body(http_body_util::Empty::<bytes::Bytes>::new())
-        .map_err(|e| e.to_string())?;
-    let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+    let req = req.body(http_body_util::Empty::<bytes::Bytes>::new())?;
+    let resp = sender.send_request(req).await?;
     let status = resp.status().as_u16();
     let location = resp
         .headers()
@@ -192,7 +223,7 @@ where
                     body.extend_from_slice(data);
                 }
             }
-            Some(Err(e)) => return Err(e.to_string()),
+            Some(Err(e)) => return Err(e.into()),
             None => break,
         }
     }
@@ -204,20 +235,25 @@ where
     })
 }
 
-async fn get_once(target: &Target) -> Result<Response, String> {
+async fn get_once(target: &Target) -> Result<Response, GetError> {
     let addr = super::join_host_port(&target.host, target.port);
-    let tcp = tokio::net::TcpStream::connect(&addr)
-        .await
-        .map_err(|e| format!("dial tcp {addr}: {e}"))?;
+    let tcp = match tokio::net::TcpStream::connect(&addr).await {
+        Ok(tcp) => tcp,
+        Err(source) => return Err(GetError::Dial { addr, source }),
+    };
     if !target.https {
         return exchange(tcp, target).await;
     }
-    let name = rustls::pki_types::ServerName::try_from(target.host.clone())
-        .map_err(|e| format!("{}: {e}", target.host))?;
-    let tls = tls_connector()
-        .connect(name, tcp)
-        .await
-        .map_err(|e| format!("tls handshake with {addr}: {e}"))?;
+    let name = rustls::pki_types::ServerName::try_from(target.host.clone()).map_err(|e| {
+        GetError::ServerName {
+            host: target.host.clone(),
+            reason: e.to_string(),
+        }
+    })?;
+    let tls = match tls_connector().connect(name, tcp).await {
+        Ok(tls) => tls,
+        Err(source) => return Err(GetError::Tls { addr, source }),
+    };
     exchange(tls, target).await
 }
 
@@ -271,12 +307,13 @@ enum Answer {
     LeftHost(String),
 }
 
-async fn get(target: Target) -> Result<Answer, String> {
+async fn get(target: Target) -> Result<Answer, GetError> {
     let mut current = target;
     for _ in 0..=MAX_REDIRECTS {
-        let resp = get_once(&current)
-            .await
-            .map_err(|e| format!("Get \"{}\": {e}", current.url()))?;
+        let resp = get_once(&current).await.map_err(|e| GetError::Get {
+            url: current.url(),
+            source: Box::new(e),
+        })?;
         let body = cap_output(&resp.body);
         if (300..400).contains(&resp.status)
             && let Some(loc) = resp.location.as_deref()
@@ -291,15 +328,12 @@ async fn get(target: Target) -> Result<Answer, String> {
         }
         return Ok(Answer::Status(resp.status, body));
     }
-    Err(format!(
-        "Get \"{}\": stopped after {MAX_REDIRECTS} redirects",
-        current.url()
-    ))
+    Err(GetError::Redirects { url: current.url() })
 }
 
 async fn probe(target: Target) -> (Outcome, String) {
     match get(target).await {
-        Err(e) => (Outcome::Failure, e),
+        Err(e) => (Outcome::Failure, e.to_string()),
         Ok(Answer::LeftHost(body)) => (
             Outcome::Success,
             format!("Probe terminated redirects, Response body: {body}"),
@@ -315,12 +349,12 @@ async fn probe(target: Target) -> (Outcome, String) {
 }
 
 /// A GET for a lifecycle hook: any answer will do, only failing to get one is an error.
-pub async fn hook_get(target: Target, timeout: Duration) -> Result<(), String> {
+pub async fn hook_get(target: Target, timeout: Duration) -> Result<(), GetError> {
     let url = target.url();
     match tokio::time::timeout(timeout, get(target)).await {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(e),
-        Err(_) => Err(format!("Get \"{url}\": context deadline exceeded")),
+        Err(_) => Err(GetError::Timeout { url }),
     }
 }
 

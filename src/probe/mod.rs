@@ -127,13 +127,22 @@ impl Verdicts {
     }
 }
 
+/// Why a probe's or hook's port names no port.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PortError {
+    #[error("invalid port number: {0}")]
+    Invalid(i32),
+    #[error("couldn't find port: {name:?} in {container}")]
+    NotFound { name: String, container: String },
+}
+
 /// A probe's port: a number, or the name of one of the container's ports.
-pub fn resolve_port(port: &IntOrString, c: &Container) -> Result<u16, String> {
+pub fn resolve_port(port: &IntOrString, c: &Container) -> Result<u16, PortError> {
     match port {
         IntOrString::Int(n) => u16::try_from(*n)
             .ok()
             .filter(|n| *n > 0)
-            .ok_or_else(|| format!("invalid port number: {n}")),
+            .ok_or(PortError::Invalid(*n)),
         IntOrString::String(name) => {
             if let Ok(n) = name.parse::<u16>() {
                 return Ok(n);
@@ -143,7 +152,10 @@ pub fn resolve_port(port: &IntOrString, c: &Container) -> Result<u16, String> {
                 .flatten()
                 .find(|p| p.name.as_deref() == Some(name.as_str()))
                 .and_then(|p| u16::try_from(p.container_port).ok())
-                .ok_or_else(|| format!("couldn't find port: {name:?} in {}", c.name))
+                .ok_or_else(|| PortError::NotFound {
+                    name: name.clone(),
+                    container: c.name.clone(),
+                })
         }
     }
 }
@@ -165,7 +177,7 @@ pub async fn run_once(
     if let Some(h) = &probe.http_get {
         let port = match resolve_port(&h.port, spec) {
             Ok(p) => p,
-            Err(e) => return (Outcome::Failure, e),
+            Err(e) => return (Outcome::Failure, e.to_string()),
         };
         let target = http::Target::of(h, &pod_ip, port);
         return http::run(target, timeout).await;
@@ -173,7 +185,7 @@ pub async fn run_once(
     if let Some(tcp) = &probe.tcp_socket {
         let port = match resolve_port(&tcp.port, spec) {
             Ok(p) => p,
-            Err(e) => return (Outcome::Failure, e),
+            Err(e) => return (Outcome::Failure, e.to_string()),
         };
         let host = tcp.host.clone().filter(|h| !h.is_empty()).unwrap_or(pod_ip);
         return tcp::run(&host, port, timeout).await;

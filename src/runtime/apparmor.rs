@@ -132,14 +132,23 @@ pub fn host_enabled(sys: &Path) -> bool {
             .is_ok_and(|b| b.starts_with(b"Y"))
 }
 
+/// Why a pod's AppArmor confinement cannot be given, in upstream's words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unenforceable {
+    #[error("Cannot enforce AppArmor: AppArmor is not enabled on the host")]
+    HostDisabled,
+    #[error("Cannot enforce AppArmor: invalid empty AppArmor profile name: {0:?}")]
+    EmptyProfile(String),
+}
+
 /// Upstream's AppArmor admission: a pod that asks for confinement on a host that cannot give
 /// it, or that names an empty localhost profile, is refused with the returned message.
-pub fn admit(pod: &Pod, host_enabled: bool) -> Result<(), String> {
+pub fn admit(pod: &Pod, host_enabled: bool) -> Result<(), Unenforceable> {
     if !required(pod) {
         return Ok(());
     }
     if !host_enabled {
-        return Err("Cannot enforce AppArmor: AppArmor is not enabled on the host".into());
+        return Err(Unenforceable::HostDisabled);
     }
     for c in all_containers(pod) {
         if let Some(p) = profile(pod, c)
@@ -148,9 +157,8 @@ pub fn admit(pod: &Pod, host_enabled: bool) -> Result<(), String> {
                 .as_deref()
                 .is_none_or(|n| n.trim().is_empty())
         {
-            return Err(format!(
-                "Cannot enforce AppArmor: invalid empty AppArmor profile name: {:?}",
-                p.localhost_profile.unwrap_or_default()
+            return Err(Unenforceable::EmptyProfile(
+                p.localhost_profile.unwrap_or_default(),
             ));
         }
     }
@@ -243,7 +251,7 @@ mod tests {
             pod(Some("runtime/default"), None, None),
         ] {
             assert_eq!(
-                admit(&p, false).unwrap_err(),
+                admit(&p, false).unwrap_err().to_string(),
                 "Cannot enforce AppArmor: AppArmor is not enabled on the host"
             );
             assert!(admit(&p, true).is_ok());
@@ -252,6 +260,7 @@ mod tests {
         assert!(
             admit(&empty, true)
                 .unwrap_err()
+                .to_string()
                 .contains("invalid empty AppArmor profile name")
         );
     }

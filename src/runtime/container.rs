@@ -210,6 +210,20 @@ pub fn supplemental_groups_policy(
     }
 }
 
+/// Why a container may not run, by its runAsNonRoot, in upstream's words; `who` names the pod
+/// and container.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RootRefused {
+    #[error("container's runAsUser breaks non-root policy ({who})")]
+    RunAsRoot { who: String },
+    #[error("container has runAsNonRoot and image will run as root ({who})")]
+    ImageRoot { who: String },
+    #[error(
+        "container has runAsNonRoot and image has non-numeric user ({user}), cannot verify user is non-root ({who})"
+    )]
+    ImageUserName { user: String, who: String },
+}
+
 /// Upstream's runAsNonRoot check: a container that must not run as root is refused when its
 /// effective user is 0, or when only the image decides and the image says root (or gives a
 /// name that cannot be checked).
@@ -218,7 +232,7 @@ pub fn verify_run_as_non_root(
     container: &Container,
     image_uid: Option<i64>,
     image_username: &str,
-) -> Result<(), String> {
+) -> Result<(), RootRefused> {
     let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
     let csc = container.security_context.as_ref();
     let non_root = csc
@@ -240,17 +254,14 @@ pub fn verify_run_as_non_root(
         .and_then(|s| s.run_as_user)
         .or(psc.and_then(|s| s.run_as_user))
     {
-        Some(0) => Err(format!(
-            "container's runAsUser breaks non-root policy ({who})"
-        )),
+        Some(0) => Err(RootRefused::RunAsRoot { who }),
         Some(_) => Ok(()),
         None => match (image_uid, image_username) {
-            (Some(0), _) | (None, "") => Err(format!(
-                "container has runAsNonRoot and image will run as root ({who})"
-            )),
-            (None, name) => Err(format!(
-                "container has runAsNonRoot and image has non-numeric user ({name}), cannot verify user is non-root ({who})"
-            )),
+            (Some(0), _) | (None, "") => Err(RootRefused::ImageRoot { who }),
+            (None, name) => Err(RootRefused::ImageUserName {
+                user: name.to_string(),
+                who,
+            }),
             (Some(_), _) => Ok(()),
         },
     }
@@ -357,7 +368,9 @@ mod tests {
         assert!(verify_run_as_non_root(&pod, &c(None, None), None, "").is_ok());
         assert!(verify_run_as_non_root(&pod, &c(Some(true), Some(0)), Some(1000), "").is_err());
         assert!(verify_run_as_non_root(&pod, &c(Some(true), Some(1000)), Some(0), "").is_ok());
-        let root = verify_run_as_non_root(&pod, &c(Some(true), None), None, "").unwrap_err();
+        let root = verify_run_as_non_root(&pod, &c(Some(true), None), None, "")
+            .unwrap_err()
+            .to_string();
         assert!(root.contains("image will run as root"), "{root}");
         assert!(verify_run_as_non_root(&pod, &c(Some(true), None), None, "app").is_err());
         assert!(verify_run_as_non_root(&pod, &c(Some(true), None), Some(1000), "").is_ok());

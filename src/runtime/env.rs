@@ -62,9 +62,9 @@ fn resolve_one(
     if let Some(r) = &from.resource_field_ref {
         return fieldpath::resource_field(pod, Some(container), r, facts.node)
             .map(Some)
-            .map_err(|reason| EnvError::Unsupported {
+            .map_err(|e| EnvError::Unsupported {
                 name: var.name.clone(),
-                reason,
+                reason: e.to_string(),
             });
     }
     if let Some(r) = &from.config_map_key_ref {

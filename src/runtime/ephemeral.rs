@@ -132,6 +132,19 @@ pub fn running_container<'a>(containers: &'a [api::Container], name: &str) -> Op
         .map(|c| c.id.as_str())
 }
 
+/// Why an ephemeral container's target cannot be found, in upstream's words.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    #[error("unable to find target container {target}: {source}")]
+    List {
+        target: String,
+        #[source]
+        source: crate::cri::CriError,
+    },
+    #[error("unable to find target container {0}")]
+    NotRunning(String),
+}
+
 /// The ID of the running target container in the sandbox, asked of the runtime at start time
 /// so it is the container running now. The error is the start failure's message (upstream's).
 pub async fn resolve_target(
@@ -139,7 +152,7 @@ pub async fn resolve_target(
     pod: &Pod,
     sandbox_id: &str,
     target: &str,
-) -> Result<String, String> {
+) -> Result<String, TargetError> {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let filter = api::ContainerFilter {
         pod_sandbox_id: sandbox_id.to_string(),
@@ -149,10 +162,13 @@ pub async fn resolve_target(
     let listed = cri
         .list_containers(Some(filter))
         .await
-        .map_err(|e| format!("unable to find target container {target}: {e}"))?;
+        .map_err(|source| TargetError::List {
+            target: target.to_string(),
+            source,
+        })?;
     running_container(&listed, target)
         .map(str::to_string)
-        .ok_or_else(|| format!("unable to find target container {target}"))
+        .ok_or_else(|| TargetError::NotRunning(target.to_string()))
 }
 
 #[cfg(test)]

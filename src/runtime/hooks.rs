@@ -13,6 +13,33 @@ use crate::probe;
 /// upstream gives exec hooks no limit of their own; we keep every external call bounded.
 pub const UNBOUNDED_HOOK_LIMIT: Duration = Duration::from_secs(300);
 
+/// Why a hook failed, in upstream's event message.
+#[derive(Debug, thiserror::Error)]
+pub enum HookError {
+    #[error(
+        "Exec lifecycle hook ({command}) for Container {container:?} in Pod {pod:?} failed - error: {error}, message: {output:?}"
+    )]
+    Exec {
+        /// Go's %v of a []string, as upstream prints the command.
+        command: String,
+        container: String,
+        pod: String,
+        error: String,
+        output: String,
+    },
+    #[error(
+        "HTTP lifecycle hook ({path}) for Container {container:?} in Pod {pod:?} failed - error: {error}"
+    )]
+    Http {
+        path: String,
+        container: String,
+        pod: String,
+        error: String,
+    },
+    #[error("Lifecycle hook for Container {container:?} in Pod {pod:?} has no handler")]
+    NoHandler { container: String, pod: String },
+}
+
 fn pod_name(pod: &Pod) -> String {
     format!(
         "{}_{}({})",
@@ -31,17 +58,17 @@ pub async fn run(
     handler: &LifecycleHandler,
     pod_ip: &str,
     limit: Duration,
-) -> Result<(), String> {
+) -> Result<(), HookError> {
     if let Some(e) = &handler.exec {
         let cmd = e.command.clone().unwrap_or_default();
         // Go's %v of a []string, as upstream prints the command.
         let shown = format!("[{}]", cmd.join(" "));
-        let failed = |error: String, output: String| {
-            format!(
-                "Exec lifecycle hook ({shown}) for Container {:?} in Pod {:?} failed - error: {error}, message: {output:?}",
-                container.name,
-                pod_name(pod)
-            )
+        let failed = |error: String, output: String| HookError::Exec {
+            command: shown.clone(),
+            container: container.name.clone(),
+            pod: pod_name(pod),
+            error,
+            output,
         };
         // The runtime is told no timeout; the call is bounded by the limit.
         return match tokio::time::timeout(
@@ -70,16 +97,17 @@ pub async fn run(
     }
     if let Some(h) = &handler.http_get {
         let path = h.path.clone().unwrap_or_default();
-        let failed = |error: String| {
-            format!(
-                "HTTP lifecycle hook ({path}) for Container {:?} in Pod {:?} failed - error: {error}",
-                container.name,
-                pod_name(pod)
-            )
+        let failed = |error: String| HookError::Http {
+            path: path.clone(),
+            container: container.name.clone(),
+            pod: pod_name(pod),
+            error,
         };
-        let port = probe::resolve_port(&h.port, container).map_err(failed)?;
+        let port = probe::resolve_port(&h.port, container).map_err(|e| failed(e.to_string()))?;
         let target = probe::http::Target::of(h, pod_ip, port);
-        return probe::http::hook_get(target, limit).await.map_err(failed);
+        return probe::http::hook_get(target, limit)
+            .await
+            .map_err(|e| failed(e.to_string()));
     }
     if let Some(s) = &handler.sleep {
         let wanted = Duration::from_secs(u64::try_from(s.seconds).unwrap_or(0));
@@ -90,11 +118,10 @@ pub async fn run(
         // Deprecated and never run by upstream either.
         return Ok(());
     }
-    Err(format!(
-        "Lifecycle hook for Container {:?} in Pod {:?} has no handler",
-        container.name,
-        pod_name(pod)
-    ))
+    Err(HookError::NoHandler {
+        container: container.name.clone(),
+        pod: pod_name(pod),
+    })
 }
 
 #[cfg(test)]
@@ -139,7 +166,8 @@ mod tests {
             Duration::from_secs(2),
         )
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(
             err.starts_with("HTTP lifecycle hook (/hook) for Container \"c\" in Pod \"web_ns(u1)\" failed - error: Get \"http://127.0.0.1:"),
             "{err}"

@@ -220,8 +220,15 @@ impl RuntimeManager {
         volumes: &PodVolumes,
         pulled: &PulledImage,
     ) -> Result<api::ContainerConfig, Failure> {
-        container::verify_run_as_non_root(pod, container, pulled.uid, &pulled.username)
-            .map_err(|e| ("CreateContainerConfigError", e, RETRY_AFTER_ERROR))?;
+        container::verify_run_as_non_root(pod, container, pulled.uid, &pulled.username).map_err(
+            |e| {
+                (
+                    "CreateContainerConfigError",
+                    e.to_string(),
+                    RETRY_AFTER_ERROR,
+                )
+            },
+        )?;
         let qos: QosClass = pod
             .spec
             .as_ref()
@@ -261,7 +268,13 @@ impl RuntimeManager {
         {
             let target_id = ephemeral::resolve_target(&self.cri, pod, sandbox_id, target)
                 .await
-                .map_err(|e| ("CreateContainerConfigError", e, RETRY_AFTER_ERROR))?;
+                .map_err(|e| {
+                    (
+                        "CreateContainerConfigError",
+                        e.to_string(),
+                        RETRY_AFTER_ERROR,
+                    )
+                })?;
             let options = config
                 .linux
                 .as_mut()
@@ -397,8 +410,9 @@ impl RuntimeManager {
                 hooks::UNBOUNDED_HOOK_LIMIT,
             )
             .await;
-            if let Err(message) = ran {
+            if let Err(err) = ran {
                 // Like upstream: the container is killed and counts as failed to start.
+                let message = err.to_string();
                 self.events
                     .pod(pod, EventType::Warning, "FailedPostStartHook", &message);
                 let grace = Grace::Pod(grace_seconds(pod));

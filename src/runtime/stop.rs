@@ -61,7 +61,8 @@ impl RuntimeManager {
             let budget = Duration::from_secs(grace as u64);
             let started = std::time::Instant::now();
             let ran = hooks::run(&self.cri, pod, container, id, handler, pod_ip, budget).await;
-            if let Err(message) = ran {
+            if let Err(err) = ran {
+                let message = err.to_string();
                 self.events
                     .pod(pod, EventType::Warning, "FailedPreStopHook", &message);
             }

@@ -29,8 +29,8 @@ fn reject(reason: &str, message: String) -> Result<(), Rejection> {
 
 impl SecurityAdmission {
     pub fn admit(&self, pod: &Pod) -> Result<(), Rejection> {
-        if let Err(message) = self.sysctls.admit(pod) {
-            return reject(FORBIDDEN_REASON, message);
+        if let Err(forbidden) = self.sysctls.admit(pod) {
+            return reject(FORBIDDEN_REASON, forbidden.to_string());
         }
         let strict = pod
             .spec
@@ -44,8 +44,8 @@ impl SecurityAdmission {
                 "SupplementalGroupsPolicy=Strict is not supported in this node".into(),
             );
         }
-        if let Err(message) = apparmor::admit(pod, self.apparmor_enabled) {
-            return reject(apparmor::REJECT_REASON, message);
+        if let Err(unenforceable) = apparmor::admit(pod, self.apparmor_enabled) {
+            return reject(apparmor::REJECT_REASON, unenforceable.to_string());
         }
         Ok(())
     }

@@ -130,6 +130,18 @@ fn valid_pattern(p: &str) -> bool {
         .all(|(i, s)| segment_ok(s, i + 1 == segs.len()))
 }
 
+/// Why admission refuses a pod's sysctl, in upstream's words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Forbidden {
+    #[error("forbidden sysctl: {0:?} not allowlisted")]
+    NotAllowlisted(String),
+    #[error("forbidden sysctl: {name:?} not allowed with host {namespace} enabled")]
+    HostNamespace {
+        name: String,
+        namespace: &'static str,
+    },
+}
+
 /// The sysctls pods may set on this node.
 #[derive(Clone, Debug, Default)]
 pub struct SysctlAllowlist {
@@ -168,7 +180,7 @@ impl SysctlAllowlist {
         Ok(list)
     }
 
-    fn check(&self, sysctl: &str, host_net: bool, host_ipc: bool) -> Result<(), String> {
+    fn check(&self, sysctl: &str, host_net: bool, host_ipc: bool) -> Result<(), Forbidden> {
         let name = normalize(sysctl);
         let ns = self.names.get(&name).copied().or_else(|| {
             self.prefixes
@@ -177,21 +189,21 @@ impl SysctlAllowlist {
                 .map(|(_, ns)| *ns)
         });
         match ns {
-            None => Err(format!("{name:?} not allowlisted")),
-            Some(ns @ Namespace::Ipc) if host_ipc => Err(format!(
-                "{name:?} not allowed with host {} enabled",
-                ns.name()
-            )),
-            Some(ns @ Namespace::Net) if host_net => Err(format!(
-                "{name:?} not allowed with host {} enabled",
-                ns.name()
-            )),
+            None => Err(Forbidden::NotAllowlisted(name)),
+            Some(ns @ Namespace::Ipc) if host_ipc => Err(Forbidden::HostNamespace {
+                name,
+                namespace: ns.name(),
+            }),
+            Some(ns @ Namespace::Net) if host_net => Err(Forbidden::HostNamespace {
+                name,
+                namespace: ns.name(),
+            }),
             Some(_) => Ok(()),
         }
     }
 
     /// Upstream's admission: the first sysctl not allowed refuses the pod, with this message.
-    pub fn admit(&self, pod: &Pod) -> Result<(), String> {
+    pub fn admit(&self, pod: &Pod) -> Result<(), Forbidden> {
         let Some(spec) = pod.spec.as_ref() else {
             return Ok(());
         };
@@ -204,8 +216,7 @@ impl SysctlAllowlist {
                 &s.name,
                 spec.host_network.unwrap_or(false),
                 spec.host_ipc.unwrap_or(false),
-            )
-            .map_err(|e| format!("forbidden sysctl: {e}"))?;
+            )?;
         }
         Ok(())
     }
@@ -278,7 +289,7 @@ mod tests {
             false,
         );
         assert_eq!(
-            plain.admit(&p).unwrap_err(),
+            plain.admit(&p).unwrap_err().to_string(),
             "forbidden sysctl: \"kernel.msgmax\" not allowlisted"
         );
         let allowed = SysctlAllowlist::new(
@@ -304,12 +315,14 @@ mod tests {
         let list = SysctlAllowlist::new(Some((6, 1)), &["kernel.shm*".into()]).unwrap();
         assert_eq!(
             list.admit(&pod(&["net.ipv4.tcp_syncookies"], true, false))
-                .unwrap_err(),
+                .unwrap_err()
+                .to_string(),
             "forbidden sysctl: \"net.ipv4.tcp_syncookies\" not allowed with host Net enabled"
         );
         assert_eq!(
             list.admit(&pod(&["kernel.shmmax"], false, true))
-                .unwrap_err(),
+                .unwrap_err()
+                .to_string(),
             "forbidden sysctl: \"kernel.shmmax\" not allowed with host IPC enabled"
         );
         assert!(list.admit(&pod(&["kernel.shmmax"], true, false)).is_ok());

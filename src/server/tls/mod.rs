@@ -185,7 +185,7 @@ pub fn server_config(
             DynamicCert::fixed(Some(key))
         } else {
             DynamicCert::watching(serving.files.cert.clone(), serving.files.key.clone())
-                .map_err(TlsError::ServingCert)?
+                .map_err(|e| TlsError::ServingCert(e.to_string()))?
         };
         (cert, Some(serving.files))
     };
