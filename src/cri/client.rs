@@ -638,7 +638,7 @@ impl RuntimeClient {
 }
 
 #[cfg(test)]
-mod unit_tests {
+mod tests {
     use super::*;
 
     #[test]

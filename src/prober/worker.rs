@@ -313,9 +313,7 @@ mod tests {
         assert_eq!(t.timeout, Duration::from_secs(1));
         assert_eq!((t.success_threshold, t.failure_threshold), (1, 3));
     }
-}
-#[cfg(test)]
-mod size_tests {
+
     /// A waiting worker is its future: keep probes cheap (the HTTP/TLS/gRPC state of a probe
     /// in flight is boxed apart).
     #[tokio::test]

@@ -25,7 +25,9 @@ mod start;
 mod stop;
 mod termination_message;
 #[cfg(test)]
-pub(crate) mod tests;
+pub(crate) mod testing;
+#[cfg(test)]
+mod tests;
 pub mod userns;
 
 use std::collections::HashMap;

@@ -2,194 +2,16 @@
 //! which order, and what it reports.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::PodStatus;
 
+use super::SyncOutcome;
 use super::backoff::Backoff;
-use super::images::ImagePuller;
-use super::observed::ObservedPod;
-use super::{RuntimeError, RuntimeManager, RuntimeSettings, SyncOutcome, dns};
-use crate::cm::CgroupManager;
+use super::testing::*;
 use crate::cri::api;
-use crate::cri::fake::{FakeCri, FakeRuntime};
-use crate::events::EventRecorder;
+use crate::cri::fake::FakeRuntime;
 use crate::pod::paths;
-use crate::podinputs::PodInputSource;
-use crate::status::{PodStatusInput, generate_pod_status};
-use crate::volume::{PodVolumes, VolumeManager};
-
-/// Present on the node in every harness.
-pub(crate) const APP_IMAGE: &str = "registry.test/app:1";
-
-/// A runtime manager wired to a fresh fake runtime, with its logs, root dir and a cgroup v2
-/// tree in a temporary directory.
-pub(crate) struct Harness {
-    pub cri: FakeCri,
-    pub runtime: Arc<RuntimeManager>,
-    pub volumes: Arc<VolumeManager>,
-    pub dir: tempfile::TempDir,
-    /// What the OOM watcher would have read from the kernel log.
-    pub oom_kills: Arc<crate::oom::OomKills>,
-}
-
-impl Harness {
-    pub async fn new() -> Harness {
-        let cri = FakeCri::start(Duration::from_secs(5)).await;
-        cri.runtime.add_image(APP_IMAGE);
-        let dir = tempfile::tempdir().expect("tempdir");
-        let cgroup_fs = dir.path().join("cgroupfs");
-        let base = cgroup_fs.join("sys/fs/cgroup");
-        std::fs::create_dir_all(&base).expect("cgroup tree");
-        std::fs::write(base.join("cgroup.controllers"), "cpu memory pids\n").expect("controllers");
-        let cgroups = CgroupManager::with_fs_root(&cgroup_fs, "", true).expect("cgroup manager");
-        let images = ImagePuller::new(cri.client.clone(), 4, Duration::from_secs(60));
-        let oom_kills = Arc::new(crate::oom::OomKills::default());
-        let runtime = RuntimeManager::new(
-            cri.client.clone(),
-            Arc::new(cgroups),
-            images,
-            EventRecorder::default(),
-            RuntimeSettings {
-                node_ip: "192.0.2.10".into(),
-                logs_root: dir.path().join("logs"),
-                root_dir: dir.path().join("root"),
-                dns: dns::DnsSettings::default(),
-                machine_memory: 8 << 30,
-                machine_cpu_millis: 2000,
-                cgroup_options: Default::default(),
-                runtime_handler: String::new(),
-                seccomp: Default::default(),
-            },
-        )
-        .with_oom_kills(oom_kills.clone());
-        let volumes = VolumeManager::new(
-            dir.path().join("root"),
-            Arc::default(),
-            runtime.settings().node_allocatable(),
-            EventRecorder::default(),
-        );
-        Harness {
-            cri,
-            runtime: Arc::new(runtime),
-            volumes: Arc::new(volumes),
-            dir,
-            oom_kills,
-        }
-    }
-
-    pub fn fake(&self) -> &FakeRuntime {
-        &self.cri.runtime
-    }
-
-    /// One worker step: observe, then converge.
-    pub async fn sync(&self, pod: &Pod, backoff: &mut Backoff) -> SyncOutcome {
-        let observed = self.runtime.pod_status(uid(pod)).await.expect("pod status");
-        // Boxed: the sync future is large, and a test awaits many of them.
-        let volumes = self.volumes.setup(pod).await.expect("volumes");
-        Box::pin(self.step(pod, &observed, backoff, &volumes))
-            .await
-            .expect("sync pod")
-    }
-
-    /// Plans a step, reads its inputs as a standalone kubelet does (none), and runs it.
-    pub async fn step(
-        &self,
-        pod: &Pod,
-        observed: &ObservedPod,
-        backoff: &mut Backoff,
-        volumes: &PodVolumes,
-    ) -> Result<SyncOutcome, RuntimeError> {
-        let plan = self
-            .runtime
-            .plan(pod, observed, backoff, &Default::default());
-        let handler = &self.runtime.settings().runtime_handler;
-        let inputs = PodInputSource::default()
-            .resolve(pod, plan.needs(), handler)
-            .await;
-        self.runtime
-            .sync_pod(pod, observed, plan, inputs, backoff, volumes)
-            .await
-    }
-
-    /// The API status the worker would publish right now, with `outcome`'s waiting reasons.
-    pub async fn status(&self, pod: &Pod, outcome: &SyncOutcome) -> PodStatus {
-        let observed = self.runtime.pod_status(uid(pod)).await.expect("pod status");
-        generate_pod_status(&PodStatusInput {
-            failure: None,
-            probes: &Default::default(),
-            resize: Default::default(),
-            pod,
-            observed: &observed,
-            waiting: &outcome.waiting,
-            start_time: SystemTime::now(),
-            node_ip: "192.0.2.10",
-            runtime_name: "fake",
-            now: SystemTime::now(),
-        })
-    }
-
-    pub fn pod_log_dir(&self, pod: &Pod) -> PathBuf {
-        let m = &pod.metadata;
-        paths::pod_log_dir(
-            &self.dir.path().join("logs"),
-            m.namespace.as_deref().unwrap_or_default(),
-            m.name.as_deref().unwrap_or_default(),
-            uid(pod),
-        )
-    }
-
-    /// Where a BestEffort pod's cgroup lives in the fake cgroup tree.
-    pub fn pod_cgroup(&self, uid: &str) -> PathBuf {
-        self.dir
-            .path()
-            .join("cgroupfs/sys/fs/cgroup/kubepods/besteffort")
-            .join(format!("pod{uid}"))
-    }
-
-    /// Id of the newest attempt of a container, by name.
-    pub fn container_id(&self, name: &str) -> String {
-        self.fake()
-            .container(name)
-            .map(|c| c.id)
-            .unwrap_or_else(|| panic!("no container {name} in the fake"))
-    }
-}
-
-pub(crate) fn uid(pod: &Pod) -> &str {
-    pod.metadata.uid.as_deref().unwrap_or_default()
-}
-
-pub(crate) fn container(name: &str, image: &str) -> Container {
-    Container {
-        name: name.into(),
-        image: Some(image.into()),
-        ..Default::default()
-    }
-}
-
-/// A BestEffort pod whose containers all use [`APP_IMAGE`].
-pub(crate) fn pod(uid: &str, policy: &str, init: &[&str], regular: &[&str]) -> Pod {
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(format!("web-{uid}")),
-            namespace: Some("default".into()),
-            uid: Some(uid.into()),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            restart_policy: Some(policy.into()),
-            termination_grace_period_seconds: Some(7),
-            init_containers: Some(init.iter().map(|n| container(n, APP_IMAGE)).collect()),
-            containers: regular.iter().map(|n| container(n, APP_IMAGE)).collect(),
-            ..Default::default()
-        }),
-        status: None,
-    }
-}
 
 /// The calls that change the pod, as (method, subject).
 fn mutations(fake: &FakeRuntime) -> Vec<(&'static str, String)> {
@@ -697,4 +519,102 @@ fn running_in_fake(h: &Harness, name: &str) -> bool {
     h.fake()
         .container(name)
         .is_some_and(|c| c.state() == api::ContainerState::ContainerRunning)
+}
+
+/// The executor against the CRI fake with sidecars: start order, status, completion and stop
+/// order.
+mod sidecars {
+    use crate::runtime::backoff::Backoff;
+    use crate::runtime::testing::{Harness, pod};
+
+    fn with_sidecars(uid: &str, policy: &str) -> k8s_openapi::api::core::v1::Pod {
+        let mut p = pod(uid, policy, &["s1", "s2"], &["app"]);
+        for c in p.spec.as_mut().unwrap().init_containers.as_mut().unwrap() {
+            c.restart_policy = Some("Always".into());
+        }
+        p
+    }
+
+    fn stop_calls(h: &Harness) -> Vec<String> {
+        h.fake()
+            .calls_of("StopContainer")
+            .into_iter()
+            .map(|c| c.subject)
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn sidecars_start_first_run_beside_the_app_and_stop_after_it_in_reverse() {
+        let h = Harness::new().await;
+        let p = with_sidecars("u-sc", "Always");
+        let mut backoff = Backoff::default();
+        for _ in 0..4 {
+            h.sync(&p, &mut backoff).await;
+        }
+        let created: Vec<String> = h
+            .fake()
+            .calls_of("CreateContainer")
+            .into_iter()
+            .map(|c| c.subject)
+            .collect();
+        assert_eq!(created, ["s1", "s2", "app"]);
+        let status = h.status(&p, &Default::default()).await;
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        let inits = status.init_container_statuses.clone().unwrap();
+        assert!(inits.iter().all(|s| s.ready
+            && s.started == Some(true)
+            && s.state.as_ref().unwrap().running.is_some()));
+        let cond = |t: &str| {
+            status
+                .conditions
+                .iter()
+                .flatten()
+                .find(|c| c.type_ == t)
+                .unwrap()
+                .status
+                .clone()
+        };
+        assert_eq!(
+            (cond("Initialized"), cond("Ready")),
+            ("True".into(), "True".into())
+        );
+
+        // An exited sidecar is restarted at once the first time; being the newest container
+        // now, it would also be the first stopped without the ordering.
+        assert!(h.fake().exit_container(&h.container_id("s1"), 1));
+        h.sync(&p, &mut backoff).await;
+        let status = h.status(&p, &Default::default()).await;
+        let s1 = &status.init_container_statuses.as_ref().unwrap()[0];
+        assert_eq!(s1.restart_count, 1);
+        assert!(s1.state.as_ref().unwrap().running.is_some());
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+
+        let observed = h.runtime.pod_status("u-sc").await.unwrap();
+        h.runtime
+            .kill_pod(&p, &observed, crate::runtime::Grace::Pod(7))
+            .await
+            .unwrap();
+        assert_eq!(stop_calls(&h), ["app", "s2", "s1"]);
+    }
+
+    #[tokio::test]
+    async fn a_never_pod_completes_when_its_app_exits_and_its_sidecars_are_stopped() {
+        let h = Harness::new().await;
+        let p = with_sidecars("u-done", "Never");
+        let mut backoff = Backoff::default();
+        for _ in 0..4 {
+            h.sync(&p, &mut backoff).await;
+        }
+        assert!(h.fake().exit_container(&h.container_id("app"), 0));
+        let out = h.sync(&p, &mut backoff).await;
+        assert!(out.finished);
+        assert_eq!(stop_calls(&h), ["s2", "s1"]);
+        assert_eq!(h.fake().count("StopPodSandbox"), 1);
+        let status = h.status(&p, &out).await;
+        // Stopped sidecars (killed by a signal) do not fail the pod.
+        assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+        let out = h.sync(&p, &mut backoff).await;
+        assert!(out.finished);
+        assert_eq!(h.fake().count("CreateContainer"), 3, "nothing restarts");
+    }
 }

@@ -12,7 +12,7 @@ use super::{SyncLoop, SyncLoopHealth, SyncLoopInputs};
 use crate::cri::api;
 use crate::pleg::{Pleg, PlegHealth};
 use crate::runtime::labels;
-use crate::runtime::tests::{APP_IMAGE, Harness, pod};
+use crate::runtime::testing::{APP_IMAGE, Harness, pod};
 use crate::sources::PodUpdate;
 use crate::status::StatusStore;
 

@@ -1,6 +1,6 @@
-//! The loops against the in-memory fake CRI: what `gather` collects, that `run` stops when
-//! cancelled even with no API server, and (ignored, needs a control plane) a real
-//! registration of node "h-node-test".
+//! The node's settings from the command line, and the loops against the in-memory fake CRI:
+//! what `gather` collects, that `run` stops when cancelled even with no API server, and
+//! (ignored, needs a control plane) a real registration of node "h-node-test".
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,7 +12,8 @@ use kube::api::DeleteParams;
 use tokio_util::sync::CancellationToken;
 
 use super::gather::{RuntimeTracker, gather};
-use super::{NodeContext, NodeSettings, run, test_settings};
+use super::{NodeContext, NodeSettings, heartbeat_timeout, run, test_settings};
+use crate::config::Settings;
 use crate::cri::fake::FakeCri;
 use crate::pleg::PlegHealth;
 
@@ -166,7 +167,7 @@ async fn cleanup(nodes: &Api<Node>, leases: &Api<Lease>) {
 
 /// Registers "h-node-test" against the control plane in $KUBECONFIG (loopback only), checks
 /// the Node, its status and lease, deletes the Node to see it registered again, and cleans
-/// up. Run with `KUBECONFIG=... cargo test --lib node::loop_tests::live -- --ignored`.
+/// up. Run with `KUBECONFIG=... cargo test --lib node::tests::live -- --ignored`.
 #[tokio::test]
 #[ignore = "needs a control plane (hack/cluster/up.sh) and KUBECONFIG"]
 async fn live_registration_status_and_lease() {
@@ -289,4 +290,54 @@ async fn live_registration_status_and_lease() {
     drain.abort();
     cleanup(&nodes, &leases).await;
     assert!(matches!(stopped, Ok(Ok(()))), "run stops on cancel");
+}
+
+fn parse(args: &[&str]) -> Settings {
+    let mut v = vec!["kubelet".to_string()];
+    v.extend(args.iter().map(|s| s.to_string()));
+    match crate::cli::parse(v) {
+        Ok(s) => s,
+        Err(e) => panic!("parse: {e}"),
+    }
+}
+
+#[test]
+fn settings_copy_the_config() {
+    let s = parse(&[
+        "--hostname-override=Node-A",
+        "--node-labels=team=x",
+        "--max-pods=42",
+        "--cloud-provider=external",
+    ]);
+    let n = NodeSettings::from_settings(&s, "10.1.2.3");
+    assert_eq!(n.hostname, "node-a");
+    assert_eq!(n.node_ips, vec!["10.1.2.3".to_string()]);
+    assert!(!n.node_ip_given);
+    assert!(n.external_cloud_provider);
+    assert_eq!(n.node_labels.get("team").map(String::as_str), Some("x"));
+    assert_eq!(n.allocatable.max_pods, 42);
+    assert_eq!(n.status_update_frequency, Duration::from_secs(10));
+    assert_eq!(n.status_report_frequency, Duration::from_secs(300));
+    assert_eq!(n.lease_duration_seconds, 40);
+    assert_eq!(n.api_timeout, Duration::from_secs(10));
+    assert_eq!(n.kubelet_version, crate::config::KUBELET_VERSION);
+}
+
+#[test]
+fn node_ip_flag_and_ip_hostnames_win_over_detection() {
+    let s = parse(&["--hostname-override=n", "--node-ip=192.168.0.9"]);
+    let n = NodeSettings::from_settings(&s, "10.1.2.3");
+    assert_eq!(n.node_ips, vec!["192.168.0.9".to_string()]);
+    assert!(n.node_ip_given);
+    let s = parse(&["--hostname-override=172.16.0.4"]);
+    let n = NodeSettings::from_settings(&s, "10.1.2.3");
+    assert_eq!(n.node_ips, vec!["172.16.0.4".to_string()]);
+}
+
+#[test]
+fn heartbeat_timeout_is_bounded_by_the_lease() {
+    let s = Duration::from_secs;
+    assert_eq!(heartbeat_timeout(s(10), s(40)), s(10));
+    assert_eq!(heartbeat_timeout(s(60), s(40)), s(40));
+    assert_eq!(heartbeat_timeout(Duration::ZERO, s(40)), s(40));
 }
