@@ -7,8 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 
 const NODE: &str = "krs-deadline-node";
@@ -16,28 +15,13 @@ const POD: &str = "krs-active-deadline";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shortened_deadline_fails_the_pod() {
-    let client = admin_client().await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let gone = DeleteParams::default().grace_period(0);
-    let _ = pods.delete(POD, &gone).await;
+    let (_, pods) = default_pods(&[POD]).await;
 
     let mut k = Kubelet::new("active-deadline");
     k.start_as_node(NODE, &[]);
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": POD},
-        "spec": {
-            "nodeName": NODE,
-            "activeDeadlineSeconds": 3000,
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{
-                "name": "main",
-                "image": BUSYBOX,
-                "imagePullPolicy": "IfNotPresent",
-                "command": ["sleep", "3600"],
-            }],
-        },
-    }))
-    .unwrap();
+    let mut pod = sleeper(POD, NODE);
+    pod["spec"]["activeDeadlineSeconds"] = json!(3000);
+    let pod = api_pod(pod);
     pods.create(&PostParams::default(), &pod).await.unwrap();
     wait_async(Duration::from_secs(60), "the pod to run", || async {
         let p = pods.get(POD).await.ok()?;
@@ -76,7 +60,7 @@ async fn shortened_deadline_fails_the_pod() {
     assert_eq!(c.restart_count, stopped, "a failed pod is not restarted");
     assert!(c.state.as_ref().unwrap().terminated.is_some());
 
-    let _ = pods.delete(POD, &gone).await;
+    delete_now(&pods, &[POD]).await;
     wait_async(Duration::from_secs(60), "the pod to go", || async {
         pods.get_opt(POD).await.ok()?.is_none().then_some(())
     })

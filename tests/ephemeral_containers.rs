@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
 
 const NODE: &str = "eph-node";
@@ -124,10 +124,7 @@ fn wait_line(lines: &Arc<Mutex<Vec<String>>>, timeout: Duration, f: impl Fn(&str
 async fn kubectl_debug_runs_once_in_the_pod_and_target_namespace() {
     // Before anything starts: a missing kubectl 1.20 fails here, saying how to build it.
     common::upstream::bin("kubectl");
-    let client = admin_client().await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let gone = DeleteParams::default().grace_period(0);
-    let _ = pods.delete(POD, &gone).await;
+    let (_, pods) = default_pods(&[POD]).await;
 
     let mut k = Kubelet::new("ephemeral-containers");
     k.start_as_node(NODE, &[]);

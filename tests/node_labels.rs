@@ -34,21 +34,9 @@ async fn a_label_added_after_registration_admits_pods_that_select_it() {
         .await
         .unwrap();
 
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": POD},
-        "spec": {
-            "nodeName": NODE,
-            "nodeSelector": {LABEL: "blue"},
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{
-                "name": "main",
-                "image": BUSYBOX,
-                "imagePullPolicy": "IfNotPresent",
-                "command": ["sleep", "3600"],
-            }],
-        },
-    }))
-    .unwrap();
+    let mut pod = sleeper(POD, NODE);
+    pod["spec"]["nodeSelector"] = json!({LABEL: "blue"});
+    let pod = api_pod(pod);
     pods.create(&PostParams::default(), &pod).await.unwrap();
     let phase = wait_async(
         Duration::from_secs(60),

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use common::*;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, PostParams};
 use serde_json::json;
 
 const NODE: &str = "krs-token-node";
@@ -37,10 +37,7 @@ async fn review(client: &kube::Client, token: &str, audience: Option<&str>) -> (
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn projected_tokens_are_bound_and_accepted() {
-    let client = admin_client().await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let gone = DeleteParams::default().grace_period(0);
-    let _ = pods.delete(POD, &gone).await;
+    let (client, pods) = default_pods(&[POD]).await;
 
     let mut k = Kubelet::new("projected-token");
     k.start_as_node(NODE, &[]);
@@ -114,7 +111,7 @@ async fn projected_tokens_are_bound_and_accepted() {
     );
 
     // The token is bound to the pod: once the pod is gone, the API server refuses it.
-    let _ = pods.delete(POD, &gone).await;
+    delete_now(&pods, &[POD]).await;
     wait_async(Duration::from_secs(60), "the pod to go", || async {
         pods.get_opt(POD).await.ok()?.is_none().then_some(())
     })
@@ -132,10 +129,7 @@ async fn projected_tokens_are_bound_and_accepted() {
 /// of waiting out 80 % of the shortest lifetime the API server allows (600 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_are_renewed_past_eighty_percent_of_their_life() {
-    let client = admin_client().await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let gone = DeleteParams::default().grace_period(0);
-    let _ = pods.delete(REFRESH_POD, &gone).await;
+    let (client, pods) = default_pods(&[REFRESH_POD]).await;
     // The token is bound to this pod, which needs no kubelet: it never leaves Pending.
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": REFRESH_POD},
@@ -174,5 +168,5 @@ async fn tokens_are_renewed_past_eighty_percent_of_their_life() {
     assert!(ok, "the API server rejects the renewed token");
     assert_eq!(user, "system:serviceaccount:default:default");
 
-    let _ = pods.delete(REFRESH_POD, &gone).await;
+    delete_now(&pods, &[REFRESH_POD]).await;
 }

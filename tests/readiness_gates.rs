@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 const NODE: &str = "krs-gates-node";
@@ -35,28 +35,13 @@ async fn set_gate(pods: &Api<Pod>, status: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_gates_hold_ready() {
-    let client = admin_client().await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let gone = DeleteParams::default().grace_period(0);
-    let _ = pods.delete(POD, &gone).await;
+    let (_, pods) = default_pods(&[POD]).await;
 
     let mut k = Kubelet::new("readiness-gates");
     k.start_as_node(NODE, &[]);
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": POD},
-        "spec": {
-            "nodeName": NODE,
-            "terminationGracePeriodSeconds": 1,
-            "readinessGates": [{"conditionType": GATE}],
-            "containers": [{
-                "name": "main",
-                "image": BUSYBOX,
-                "imagePullPolicy": "IfNotPresent",
-                "command": ["sleep", "3600"],
-            }],
-        },
-    }))
-    .unwrap();
+    let mut pod = sleeper(POD, NODE);
+    pod["spec"]["readinessGates"] = json!([{"conditionType": GATE}]);
+    let pod = api_pod(pod);
     pods.create(&PostParams::default(), &pod).await.unwrap();
 
     let ready = wait_async(
@@ -107,7 +92,7 @@ async fn readiness_gates_hold_ready() {
         )
     );
 
-    let _ = pods.delete(POD, &gone).await;
+    delete_now(&pods, &[POD]).await;
     wait_async(Duration::from_secs(60), "the pod to go", || async {
         pods.get_opt(POD).await.ok()?.is_none().then_some(())
     })

@@ -38,28 +38,13 @@ fn condition_time(s: &PodStatus, type_: &str) -> Option<Time> {
 #[allow(clippy::await_holding_lock)]
 async fn start_time_condition_times_and_deadline_survive_a_crash() {
     let _guard = serial();
-    let client = admin_client().await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let gone = DeleteParams::default().grace_period(0);
-    let _ = pods.delete(POD, &gone).await;
+    let (_, pods) = default_pods(&[POD]).await;
 
     let mut k = Kubelet::new("restart-state");
     k.start_as_node(NODE, &[]);
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": POD},
-        "spec": {
-            "nodeName": NODE,
-            "activeDeadlineSeconds": DEADLINE_S,
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{
-                "name": "main",
-                "image": BUSYBOX,
-                "imagePullPolicy": "IfNotPresent",
-                "command": ["sleep", "3600"],
-            }],
-        },
-    }))
-    .unwrap();
+    let mut pod = sleeper(POD, NODE);
+    pod["spec"]["activeDeadlineSeconds"] = json!(DEADLINE_S);
+    let pod = api_pod(pod);
     pods.create(&PostParams::default(), &pod).await.unwrap();
     let before = wait_async(Duration::from_secs(60), "the pod ready", || async {
         let s = pods.get(POD).await.ok()?.status?;
@@ -111,7 +96,7 @@ async fn start_time_condition_times_and_deadline_survive_a_crash() {
     );
     assert_eq!(failed.start_time, Some(started));
 
-    let _ = pods.delete(POD, &gone).await;
+    delete_now(&pods, &[POD]).await;
     k.cleanup();
 }
 
@@ -122,11 +107,8 @@ const LABEL_POD: &str = "krs-restart-selector";
 #[allow(clippy::await_holding_lock)]
 async fn a_pod_selecting_an_added_node_label_survives_a_crash() {
     let _guard = serial();
-    let client = admin_client().await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let (client, pods) = default_pods(&[LABEL_POD]).await;
     let nodes: Api<Node> = Api::all(client.clone());
-    let gone = DeleteParams::default().grace_period(0);
-    let _ = pods.delete(LABEL_POD, &gone).await;
 
     let mut k = Kubelet::new("restart-labels");
     k.start_as_node(LABEL_NODE, &[]);
@@ -189,7 +171,7 @@ async fn a_pod_selecting_an_added_node_label_survives_a_crash() {
     let log = k.log();
     assert!(!log.contains("Pod rejected"), "{}", tail(&log, 40));
 
-    let _ = pods.delete(LABEL_POD, &gone).await;
+    delete_now(&pods, &[LABEL_POD]).await;
     k.cleanup();
     let _ = nodes.delete(LABEL_NODE, &DeleteParams::default()).await;
 }
@@ -216,11 +198,8 @@ fn tmpfs_mounted_under(dir: &std::path::Path) -> Vec<String> {
 #[allow(clippy::await_holding_lock)]
 async fn a_finished_pods_volumes_left_held_are_released_after_a_restart() {
     let _guard = serial();
-    let client = admin_client().await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let (client, pods) = default_pods(&[FINISHED_POD]).await;
     let nodes: Api<Node> = Api::all(client.clone());
-    let gone = DeleteParams::default().grace_period(0);
-    let _ = pods.delete(FINISHED_POD, &gone).await;
 
     let mut k = Kubelet::new("restart-finished");
     k.start_as_node(FINISHED_NODE, &[]);
@@ -279,7 +258,7 @@ async fn a_finished_pods_volumes_left_held_are_released_after_a_restart() {
     let p = pods.get(FINISHED_POD).await.unwrap();
     assert_eq!(p.status.and_then(|s| s.phase).as_deref(), Some("Succeeded"));
 
-    let _ = pods.delete(FINISHED_POD, &gone).await;
+    delete_now(&pods, &[FINISHED_POD]).await;
     k.cleanup();
     let _ = nodes.delete(FINISHED_NODE, &DeleteParams::default()).await;
 }
@@ -374,14 +353,10 @@ fn sleeper_pod(name: &str, restart: &str, script: &str) -> Pod {
 #[allow(clippy::await_holding_lock)]
 async fn pods_deleted_or_ended_while_down_are_cleaned_up_and_reported() {
     let _guard = serial();
-    let client = admin_client().await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let (deleted, ended) = ("krs-down-deleted", "krs-down-ended");
+    let (client, pods) = default_pods(&[deleted, ended]).await;
     let nodes: Api<Node> = Api::all(client.clone());
     let gone = DeleteParams::default().grace_period(0);
-    let (deleted, ended) = ("krs-down-deleted", "krs-down-ended");
-    for name in [deleted, ended] {
-        let _ = pods.delete(name, &gone).await;
-    }
     let mut k = Kubelet::new("restart-down");
     k.start_as_node(DOWN_NODE, &[]);
     let mut uids = Vec::new();

@@ -640,3 +640,45 @@ pub async fn create_pod(
         .unwrap_or_else(|e| panic!("create pod {:?}: {e}", pod.metadata.name));
     created.metadata.uid.expect("a created pod has a UID")
 }
+
+/// Deletes these pods at once (grace 0); one that is not there is no error.
+pub async fn delete_now(pods: &kube::Api<k8s_openapi::api::core::v1::Pod>, names: &[&str]) {
+    let now = kube::api::DeleteParams::default().grace_period(0);
+    for name in names {
+        let _ = pods.delete(name, &now).await;
+    }
+}
+
+/// The admin's client and the default namespace's pods, without the `stale` pods a run
+/// before may have left.
+pub async fn default_pods(
+    stale: &[&str],
+) -> (kube::Client, kube::Api<k8s_openapi::api::core::v1::Pod>) {
+    let client = admin_client().await;
+    let pods = kube::Api::namespaced(client.clone(), "default");
+    delete_now(&pods, stale).await;
+    (client, pods)
+}
+
+/// An API pod bound to `node`: one busybox container `main` that sleeps an hour, stopped with
+/// a 1 s grace. A test adds what its scenario needs before [`api_pod`].
+pub fn sleeper(name: &str, node: &str) -> Value {
+    serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "main",
+                "image": BUSYBOX,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sleep", "3600"],
+            }],
+        },
+    })
+}
+
+/// A pod manifest as the API type.
+pub fn api_pod(manifest: Value) -> k8s_openapi::api::core::v1::Pod {
+    serde_json::from_value(manifest).expect("a valid pod manifest")
+}
