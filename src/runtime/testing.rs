@@ -3,9 +3,9 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::backoff::Backoff;
@@ -17,7 +17,6 @@ use crate::cri::fake::{FakeCri, FakeRuntime};
 use crate::events::EventRecorder;
 use crate::pod::paths;
 use crate::podinputs::PodInputSource;
-use crate::status::{PodStatusInput, generate_pod_status};
 use crate::volume::{PodVolumes, VolumeManager};
 
 /// Present on the node in every harness.
@@ -111,23 +110,6 @@ impl Harness {
         self.runtime
             .sync_pod(pod, observed, plan, inputs, backoff, volumes)
             .await
-    }
-
-    /// The API status the worker would publish right now, with `outcome`'s waiting reasons.
-    pub async fn status(&self, pod: &Pod, outcome: &SyncOutcome) -> PodStatus {
-        let observed = self.runtime.pod_status(uid(pod)).await.expect("pod status");
-        generate_pod_status(&PodStatusInput {
-            failure: None,
-            probes: &Default::default(),
-            resize: Default::default(),
-            pod,
-            observed: &observed,
-            waiting: &outcome.waiting,
-            start_time: SystemTime::now(),
-            node_ip: "192.0.2.10",
-            runtime_name: "fake",
-            now: SystemTime::now(),
-        })
     }
 
     pub fn pod_log_dir(&self, pod: &Pod) -> PathBuf {

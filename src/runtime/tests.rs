@@ -2,9 +2,9 @@
 //! which order, and what it reports.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::core::v1::PodStatus;
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
 
 use super::SyncOutcome;
 use super::backoff::Backoff;
@@ -12,6 +12,28 @@ use super::testing::*;
 use crate::cri::api;
 use crate::cri::fake::FakeRuntime;
 use crate::pod::paths;
+use crate::status::{PodStatusInput, generate_pod_status};
+
+// Turning the runtime's state into API status belongs to status/, above the runtime: the
+// runtime's own tests reach it here rather than through the shared harness.
+impl Harness {
+    /// The API status the worker would publish right now, with `outcome`'s waiting reasons.
+    pub async fn status(&self, pod: &Pod, outcome: &SyncOutcome) -> PodStatus {
+        let observed = self.runtime.pod_status(uid(pod)).await.expect("pod status");
+        generate_pod_status(&PodStatusInput {
+            failure: None,
+            probes: &Default::default(),
+            resize: Default::default(),
+            pod,
+            observed: &observed,
+            waiting: &outcome.waiting,
+            start_time: SystemTime::now(),
+            node_ip: "192.0.2.10",
+            runtime_name: "fake",
+            now: SystemTime::now(),
+        })
+    }
+}
 
 /// The calls that change the pod, as (method, subject).
 fn mutations(fake: &FakeRuntime) -> Vec<(&'static str, String)> {
