@@ -1,5 +1,7 @@
-//! The runtime manager: converges one pod towards its spec over the CRI. `actions` decides,
-//! this module carries the decisions out (sandbox, images, containers, teardown).
+//! The runtime manager: converges one pod towards its spec over the CRI, and speaks only CRI.
+//! `plan` decides with `actions`; `sync_pod` carries the decisions out, with the pod inputs the
+//! worker read for them, through the files beside it (`create_sandbox`, `start`, `stop`,
+//! `apply_resize`, `pod_status`).
 
 pub mod actions;
 pub mod apparmor;
