@@ -39,8 +39,17 @@ pub fn validate_config(kc: &KubeletConfiguration) -> Vec<String> {
     check.errs
 }
 
+/// Why a cpuset does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CpusetError {
+    #[error("invalid cpuset element {0:?}")]
+    Element(String),
+    #[error("invalid range {0:?} (start > end)")]
+    Range(String),
+}
+
 /// Parses Linux cpuset syntax ("0-3,8,10-11").
-pub fn parse_cpuset(s: &str) -> Result<Vec<u32>, String> {
+pub fn parse_cpuset(s: &str) -> Result<Vec<u32>, CpusetError> {
     let mut cpus = Vec::new();
     for part in s.split(',') {
         let part = part.trim();
@@ -51,14 +60,11 @@ pub fn parse_cpuset(s: &str) -> Result<Vec<u32>, String> {
             Some((a, b)) => (a, b),
             None => (part, part),
         };
-        let lo: u32 = lo
-            .parse()
-            .map_err(|_| format!("invalid cpuset element {part:?}"))?;
-        let hi: u32 = hi
-            .parse()
-            .map_err(|_| format!("invalid cpuset element {part:?}"))?;
+        let element = || CpusetError::Element(part.to_string());
+        let lo: u32 = lo.parse().map_err(|_| element())?;
+        let hi: u32 = hi.parse().map_err(|_| element())?;
         if lo > hi {
-            return Err(format!("invalid range {part:?} (start > end)"));
+            return Err(CpusetError::Range(part.to_string()));
         }
         cpus.extend(lo..=hi);
     }

@@ -13,7 +13,7 @@ use kube::api::{Api, PostParams};
 
 use super::attributes::{API_VERSION, Attributes, RESOURCE};
 use super::cache::{DEFAULT_CAPACITY, TtlCache, key_of};
-use super::retry;
+use super::retry::{self, ReviewError};
 use super::user::UserInfo;
 
 /// Upstream's bound on one access review.
@@ -28,10 +28,23 @@ pub enum Decision {
 
 /// Asks the API server one access question; a fake in unit tests.
 pub type ReviewFn = Arc<
-    dyn Fn(SubjectAccessReviewSpec) -> BoxFuture<'static, Result<SubjectAccessReviewStatus, String>>
+    dyn Fn(
+            SubjectAccessReviewSpec,
+        ) -> BoxFuture<'static, Result<SubjectAccessReviewStatus, ReviewError>>
         + Send
         + Sync,
 >;
+
+/// Why the authorizer could not decide.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthzError {
+    #[error(transparent)]
+    Review(#[from] ReviewError),
+    #[error("webhook subject access review returned both allow and deny response")]
+    AllowedAndDenied,
+    #[error("encoding the review: {0}")]
+    Encode(String),
+}
 
 pub enum Authorizer {
     AlwaysAllow,
@@ -39,7 +52,11 @@ pub enum Authorizer {
 }
 
 impl Authorizer {
-    pub async fn authorize(&self, user: &UserInfo, attrs: &Attributes) -> Result<Decision, String> {
+    pub async fn authorize(
+        &self,
+        user: &UserInfo,
+        attrs: &Attributes,
+    ) -> Result<Decision, AuthzError> {
         match self {
             Self::AlwaysAllow => Ok(Decision::Allow),
             Self::Webhook(w) => w.authorize(user, attrs).await,
@@ -66,16 +83,12 @@ pub fn api_reviewer(client: kube::Client) -> ReviewFn {
             };
             let params = PostParams::default();
             let attempt = || api.create(&params, &review);
-            match retry::with_backoff(REVIEW_TIMEOUT, retry::is_transient, attempt).await {
-                Err(retry::Failure::TimedOut) => Err(format!(
-                    "subject access review timed out after {}s",
-                    REVIEW_TIMEOUT.as_secs()
-                )),
-                Err(retry::Failure::Failed(err)) => {
-                    Err(format!("subject access review failed: {err}"))
-                }
-                Ok(done) => Ok(done.status.unwrap_or_default()),
-            }
+            retry::with_backoff(REVIEW_TIMEOUT, retry::is_transient, attempt)
+                .await
+                .map(|done| done.status.unwrap_or_default())
+                .map_err(|failure| {
+                    ReviewError::of("subject access review", REVIEW_TIMEOUT, failure)
+                })
         })
     })
 }
@@ -103,12 +116,10 @@ pub fn review_spec(user: &UserInfo, attrs: &Attributes) -> SubjectAccessReviewSp
     }
 }
 
-pub fn decision_of(status: &SubjectAccessReviewStatus) -> Result<Decision, String> {
+pub fn decision_of(status: &SubjectAccessReviewStatus) -> Result<Decision, AuthzError> {
     let denied = status.denied == Some(true);
     match (status.allowed, denied) {
-        (true, true) => {
-            Err("webhook subject access review returned both allow and deny response".into())
-        }
+        (true, true) => Err(AuthzError::AllowedAndDenied),
         (_, true) => Ok(Decision::Deny),
         (true, false) => Ok(Decision::Allow),
         (false, false) => Ok(Decision::NoOpinion),
@@ -125,9 +136,14 @@ impl WebhookAuthorizer {
         }
     }
 
-    pub async fn authorize(&self, user: &UserInfo, attrs: &Attributes) -> Result<Decision, String> {
+    pub async fn authorize(
+        &self,
+        user: &UserInfo,
+        attrs: &Attributes,
+    ) -> Result<Decision, AuthzError> {
         let spec = review_spec(user, attrs);
-        let key = key_of(&serde_json::to_vec(&spec).map_err(|e| e.to_string())?);
+        let encoded = serde_json::to_vec(&spec).map_err(|e| AuthzError::Encode(e.to_string()))?;
+        let key = key_of(&encoded);
         if let Some(status) = self.cache.get(&key) {
             return decision_of(&status);
         }
@@ -157,7 +173,7 @@ pub enum Verdict {
 pub async fn authorize_any<F, Fut>(user: &UserInfo, attrs: &[Attributes], mut check: F) -> Verdict
 where
     F: FnMut(Attributes) -> Fut,
-    Fut: std::future::Future<Output = Result<Decision, String>>,
+    Fut: std::future::Future<Output = Result<Decision, AuthzError>>,
 {
     let Some(first) = attrs.first() else {
         return Verdict::Forbidden(
@@ -255,7 +271,8 @@ mod tests {
     #[tokio::test]
     async fn authorizer_errors_are_500() {
         let attrs = for_request(&Method::GET, "/stats/summary", "n1", true);
-        let v = authorize_any(&alice(), &attrs, |_| async { Err("boom".to_string()) }).await;
+        let boom = AuthzError::Encode("boom".into());
+        let v = authorize_any(&alice(), &attrs, |_| async { Err(boom.clone()) }).await;
         assert_eq!(
             v,
             Verdict::Error(

@@ -117,7 +117,7 @@ impl KubeletAuth {
         &self,
         certs: Option<&PeerCertificates>,
         bearer: Option<String>,
-    ) -> Result<UserInfo, String> {
+    ) -> Result<UserInfo, Unauthenticated> {
         let from_cert = match (&self.x509, certs) {
             (Some(x), Some(c)) => x.authenticate(&c.0),
             _ => Outcome::NoCredential,
@@ -133,7 +133,16 @@ impl KubeletAuth {
     }
 }
 
-const NO_CREDENTIALS: &str = "no credentials";
+/// Why a request is not authenticated.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unauthenticated {
+    /// No credential at all, and anonymous requests are not allowed.
+    #[error("no credentials")]
+    NoCredentials,
+    /// Each presented credential's authenticator said why it is not good.
+    #[error("{}", .0.join("; "))]
+    Rejected(Vec<String>),
+}
 
 /// Upstream's chain: the first authenticator that names a user wins; when none does, any
 /// failure is final (a bad credential is never treated as anonymous); only a request with no
@@ -143,7 +152,7 @@ pub async fn authenticate<F, Fut>(
     bearer: Option<String>,
     check_token: F,
     anonymous: bool,
-) -> Result<UserInfo, String>
+) -> Result<UserInfo, Unauthenticated>
 where
     F: FnOnce(String) -> Fut,
     Fut: Future<Output = Outcome>,
@@ -162,12 +171,12 @@ where
         }
     }
     if !failures.is_empty() {
-        return Err(failures.join("; "));
+        return Err(Unauthenticated::Rejected(failures));
     }
     if anonymous {
         return Ok(UserInfo::anonymous());
     }
-    Err(NO_CREDENTIALS.into())
+    Err(Unauthenticated::NoCredentials)
 }
 
 fn plain(status: StatusCode, body: String) -> Response {
@@ -193,7 +202,7 @@ pub async fn middleware(
         Err(why) => {
             // A bad credential (or a token review that could not reach the API server) is
             // worth a line; a request with none is routine.
-            if why == NO_CREDENTIALS {
+            if why == Unauthenticated::NoCredentials {
                 debug!(
                     path = req.uri().path(),
                     "Request without credentials refused"
@@ -257,6 +266,7 @@ mod tests {
             anonymous,
         )
         .await
+        .map_err(|e| e.to_string())
     }
 
     #[tokio::test]
@@ -379,7 +389,10 @@ mod tests {
         let sar: authorizer::ReviewFn = Arc::new(move |spec| {
             Box::pin(async move {
                 if sar_fails {
-                    return Err("apiserver unreachable".to_string());
+                    return Err(retry::ReviewError::Failed {
+                        review: "subject access review",
+                        reason: "apiserver unreachable".into(),
+                    });
                 }
                 let sub = spec
                     .resource_attributes

@@ -24,6 +24,38 @@ pub enum Failure<E> {
     Failed(E),
 }
 
+/// Why a token or access review got no answer from the API server.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReviewError {
+    #[error("{review} timed out after {}s", .after.as_secs())]
+    TimedOut {
+        review: &'static str,
+        after: std::time::Duration,
+    },
+    #[error("{review} failed: {reason}")]
+    Failed {
+        review: &'static str,
+        reason: String,
+    },
+}
+
+impl ReviewError {
+    /// The review's end when `with_backoff` gave up.
+    pub fn of<E: std::fmt::Display>(
+        review: &'static str,
+        after: std::time::Duration,
+        failure: Failure<E>,
+    ) -> Self {
+        match failure {
+            Failure::TimedOut => ReviewError::TimedOut { review, after },
+            Failure::Failed(err) => ReviewError::Failed {
+                review,
+                reason: err.to_string(),
+            },
+        }
+    }
+}
+
 /// Calls `attempt` until it succeeds, fails for good (`transient` says no), runs out of tries,
 /// or `overall` passes.
 pub async fn with_backoff<T, E, F, Fut>(

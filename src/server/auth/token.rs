@@ -12,7 +12,7 @@ use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, TokenRe
 use kube::api::{Api, PostParams};
 
 use super::cache::{DEFAULT_CAPACITY, TtlCache, key_of};
-use super::retry;
+use super::retry::{self, ReviewError};
 use super::user::{Outcome, UserInfo};
 
 /// Upstream's bound on one token review.
@@ -20,7 +20,7 @@ pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Asks the API server about one token; a fake in unit tests.
 pub type ReviewFn =
-    Arc<dyn Fn(String) -> BoxFuture<'static, Result<TokenReviewStatus, String>> + Send + Sync>;
+    Arc<dyn Fn(String) -> BoxFuture<'static, Result<TokenReviewStatus, ReviewError>> + Send + Sync>;
 
 /// The token of an `Authorization: Bearer <token>` header; anything else is no token.
 pub fn bearer_token(headers: &HeaderMap) -> Option<String> {
@@ -51,14 +51,10 @@ pub fn api_reviewer(client: kube::Client) -> ReviewFn {
             };
             let params = PostParams::default();
             let attempt = || api.create(&params, &review);
-            match retry::with_backoff(REVIEW_TIMEOUT, retry::is_transient, attempt).await {
-                Err(retry::Failure::TimedOut) => Err(format!(
-                    "token review timed out after {}s",
-                    REVIEW_TIMEOUT.as_secs()
-                )),
-                Err(retry::Failure::Failed(err)) => Err(format!("token review failed: {err}")),
-                Ok(done) => Ok(done.status.unwrap_or_default()),
-            }
+            retry::with_backoff(REVIEW_TIMEOUT, retry::is_transient, attempt)
+                .await
+                .map(|done| done.status.unwrap_or_default())
+                .map_err(|failure| ReviewError::of("token review", REVIEW_TIMEOUT, failure))
         })
     })
 }
@@ -105,7 +101,7 @@ impl TokenAuthenticator {
                 self.cache.insert(key, outcome.clone(), self.ttl);
                 outcome
             }
-            Err(err) => Outcome::Failed(err),
+            Err(err) => Outcome::Failed(err.to_string()),
         }
     }
 }
@@ -155,7 +151,10 @@ mod tests {
             calls.fetch_add(1, Ordering::SeqCst);
             Box::pin(async move {
                 if fail {
-                    return Err("connection refused".to_string());
+                    return Err(ReviewError::Failed {
+                        review: "token review",
+                        reason: "connection refused".into(),
+                    });
                 }
                 Ok(if token == "good" {
                     accepted("alice")
