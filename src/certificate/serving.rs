@@ -42,7 +42,7 @@ struct Leaf {
 fn leaf(cert: &[u8]) -> Option<Leaf> {
     use x509_parser::extensions::GeneralName;
     let (_, c) = x509_parser::parse_x509_certificate(cert).ok()?;
-    let (not_before, not_after) = crate::pki::validity(cert)?;
+    let (not_before, not_after) = crate::pki::validity_of(&c)?;
     let mut dns_names = Vec::new();
     let mut ips = Vec::new();
     if let Ok(Some(san)) = c.subject_alternative_name() {

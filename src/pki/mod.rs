@@ -131,9 +131,14 @@ fn spki_parts(spki: &[u8]) -> Option<(&[u8], &[u8])> {
 
 /// notBefore and notAfter of a DER certificate.
 pub(crate) fn validity(cert: &[u8]) -> Option<(Timestamp, Timestamp)> {
-    let v = parse(cert).ok()?.validity().clone();
-    let at = |t: x509_parser::time::ASN1Time| Timestamp::from_second(t.timestamp()).ok();
-    Some((at(v.not_before)?, at(v.not_after)?))
+    validity_of(&parse(cert).ok()?)
+}
+
+/// notBefore and notAfter of a parsed certificate.
+pub(crate) fn validity_of(cert: &X509Certificate<'_>) -> Option<(Timestamp, Timestamp)> {
+    let v = cert.validity();
+    let at = |t: &x509_parser::time::ASN1Time| Timestamp::from_second(t.timestamp()).ok();
+    Some((at(&v.not_before)?, at(&v.not_after)?))
 }
 
 /// Verifies `signature` over `message` by the key in `spki` with one of `algs`, picking the

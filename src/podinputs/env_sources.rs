@@ -3,12 +3,11 @@
 //! authorizer lets a kubelet read those of the pods bound to it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret};
 use kube::api::Api;
 
-const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+use super::{FETCH_TIMEOUT, Fetch};
 
 /// Why the objects could not be read; the container waits in `CreateContainerConfigError`
 /// and the next sync tries again.
@@ -86,11 +85,10 @@ where
         name: name.to_string(),
         reason,
     };
-    match tokio::time::timeout(FETCH_TIMEOUT, api.get_opt(name)).await {
-        Ok(Ok(found)) => Ok(found),
-        Ok(Err(e)) => Err(failed(e.to_string())),
-        Err(_) => Err(failed(format!("timed out after {FETCH_TIMEOUT:?}"))),
-    }
+    super::get_opt(&api, name).await.map_err(|e| match e {
+        Fetch::Api(e) => failed(e.to_string()),
+        Fetch::TimedOut => failed(format!("timed out after {FETCH_TIMEOUT:?}")),
+    })
 }
 
 /// Secret values are bytes; the environment gets them as text, as upstream does.

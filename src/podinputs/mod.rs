@@ -21,7 +21,8 @@ use env_sources::EnvObjects;
 use runtime_class::RuntimeClassError;
 use tokens::TokenCache;
 
-const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bounds every read of a pod input.
+pub(crate) const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
@@ -143,13 +144,31 @@ impl PodInputSource {
     }
 }
 
-async fn get<K>(api: Api<K>, name: &str) -> Result<Option<K>, InputError>
+/// Why one bounded GET got no answer.
+#[derive(Debug)]
+pub(crate) enum Fetch {
+    Api(kube::Error),
+    TimedOut,
+}
+
+/// One object by name, or `None` when it does not exist, within [`FETCH_TIMEOUT`]: the GET
+/// every input is read with.
+pub(crate) async fn get_opt<K>(api: &Api<K>, name: &str) -> Result<Option<K>, Fetch>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     match tokio::time::timeout(FETCH_TIMEOUT, api.get_opt(name)).await {
-        Ok(Ok(found)) => Ok(found),
-        Ok(Err(e)) => Err(InputError::Api(e.to_string())),
-        Err(_) => Err(InputError::Api(format!("fetching {name} timed out"))),
+        Ok(found) => found.map_err(Fetch::Api),
+        Err(_) => Err(Fetch::TimedOut),
     }
+}
+
+async fn get<K>(api: Api<K>, name: &str) -> Result<Option<K>, InputError>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    get_opt(&api, name).await.map_err(|e| match e {
+        Fetch::Api(e) => InputError::Api(e.to_string()),
+        Fetch::TimedOut => InputError::Api(format!("fetching {name} timed out")),
+    })
 }

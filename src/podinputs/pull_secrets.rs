@@ -1,14 +1,11 @@
 //! The secrets a pod names in `imagePullSecrets`, read before its containers are created; the
 //! runtime turns them into registry credentials.
 
-use std::time::Duration;
-
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::Api;
 use tracing::warn;
 
-/// Bounds the secret reads that happen before a pull.
-const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+use super::Fetch;
 
 /// The pod's imagePullSecrets, read from the API server. A secret that cannot be read is
 /// logged and skipped, like upstream: the pull may still work without it.
@@ -29,13 +26,17 @@ pub async fn fetch(client: &kube::Client, pod: &Pod) -> Vec<Secret> {
     let api = Api::<Secret>::namespaced(client.clone(), ns);
     let mut out = Vec::with_capacity(names.len());
     for name in names {
-        match tokio::time::timeout(FETCH_TIMEOUT, api.get(&name)).await {
-            Ok(Ok(secret)) => out.push(secret),
-            Ok(Err(err)) => warn!(
+        match super::get_opt(&api, &name).await {
+            Ok(Some(secret)) => out.push(secret),
+            Ok(None) => warn!(
+                secret = %name, namespace = %ns, err = "not found",
+                "Unable to retrieve pull secret; the image pull may not succeed"
+            ),
+            Err(Fetch::Api(err)) => warn!(
                 secret = %name, namespace = %ns, %err,
                 "Unable to retrieve pull secret; the image pull may not succeed"
             ),
-            Err(_) => warn!(
+            Err(Fetch::TimedOut) => warn!(
                 secret = %name, namespace = %ns,
                 "Timed out retrieving pull secret; the image pull may not succeed"
             ),
