@@ -19,7 +19,7 @@ async fn shortened_deadline_fails_the_pod() {
 
     let mut k = Kubelet::new("active-deadline");
     k.start_as_node(NODE, &[]);
-    let mut pod = sleeper(POD, NODE);
+    let mut pod = bound_sleeper(POD, NODE);
     pod["spec"]["activeDeadlineSeconds"] = json!(3000);
     let pod = api_pod(pod);
     pods.create(&PostParams::default(), &pod).await.unwrap();

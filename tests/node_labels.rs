@@ -34,7 +34,7 @@ async fn a_label_added_after_registration_admits_pods_that_select_it() {
         .await
         .unwrap();
 
-    let mut pod = sleeper(POD, NODE);
+    let mut pod = bound_sleeper(POD, NODE);
     pod["spec"]["nodeSelector"] = json!({LABEL: "blue"});
     let pod = api_pod(pod);
     pods.create(&PostParams::default(), &pod).await.unwrap();

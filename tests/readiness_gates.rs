@@ -39,7 +39,7 @@ async fn readiness_gates_hold_ready() {
 
     let mut k = Kubelet::new("readiness-gates");
     k.start_as_node(NODE, &[]);
-    let mut pod = sleeper(POD, NODE);
+    let mut pod = bound_sleeper(POD, NODE);
     pod["spec"]["readinessGates"] = json!([{"conditionType": GATE}]);
     let pod = api_pod(pod);
     pods.create(&PostParams::default(), &pod).await.unwrap();

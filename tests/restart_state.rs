@@ -42,7 +42,7 @@ async fn start_time_condition_times_and_deadline_survive_a_crash() {
 
     let mut k = Kubelet::new("restart-state");
     k.start_as_node(NODE, &[]);
-    let mut pod = sleeper(POD, NODE);
+    let mut pod = bound_sleeper(POD, NODE);
     pod["spec"]["activeDeadlineSeconds"] = json!(DEADLINE_S);
     let pod = api_pod(pod);
     pods.create(&PostParams::default(), &pod).await.unwrap();

@@ -662,7 +662,7 @@ pub async fn default_pods(
 
 /// An API pod bound to `node`: one busybox container `main` that sleeps an hour, stopped with
 /// a 1 s grace. A test adds what its scenario needs before [`api_pod`].
-pub fn sleeper(name: &str, node: &str) -> Value {
+pub fn bound_sleeper(name: &str, node: &str) -> Value {
     serde_json::json!({
         "metadata": {"name": name},
         "spec": {
