@@ -200,6 +200,8 @@ fn resources_change_in_place_or_by_restart_as_the_policy_says() {
     k.cleanup();
 }
 
+// 100m, not less: runc starts the sandbox inside the pod's cgroup, and at 10m (1 ms of CPU per
+// 100 ms) that start alone took 7 to 60 s on a busy machine.
 fn sleeper(name: &str, uid: &str, mem: &str) -> String {
     format!(
         r#"apiVersion: v1
@@ -215,8 +217,8 @@ spec:
     imagePullPolicy: IfNotPresent
     command: ["sleep", "3600"]
     resources:
-      requests: {{cpu: "10m", memory: "{mem}"}}
-      limits: {{cpu: "10m", memory: "{mem}"}}
+      requests: {{cpu: "100m", memory: "{mem}"}}
+      limits: {{cpu: "100m", memory: "{mem}"}}
 "#
     )
 }

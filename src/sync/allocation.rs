@@ -68,7 +68,8 @@ pub struct Allocations {
     checkpoint: Option<PathBuf>,
     /// Changed since the last write in ways a restart could derive again (an admission takes
     /// the spec, a pod gone is pruned): written at the next `flush`, so a start with many pods
-    /// writes the file once, not once per pod. A resize's acceptance is written at once.
+    /// writes the file once, not once per pod. A resize's acceptance is written at once, and
+    /// the sync loop flushes before it decides any resize.
     dirty: bool,
 }
 

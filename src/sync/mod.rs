@@ -453,6 +453,10 @@ impl SyncLoop {
             w.set_resize_pending(None);
             return self.allocations.allocated_pod(uid, desired);
         }
+        // From here the spec no longer says what the pod was allocated, so a restart could not
+        // derive it again: an admission not yet written must reach the file before the resize
+        // is decided (a kill right after a Deferred resize granted it, before this).
+        self.allocations.flush();
         let allocated = self.allocations.allocated_pod(uid, desired.clone());
         let others: Vec<Arc<Pod>> = self
             .workers

@@ -365,6 +365,28 @@ impl Kubelet {
 impl Drop for Kubelet {
     fn drop(&mut self) {
         self.stop();
+        keep_log_of_failure(&self.log_path);
+    }
+}
+
+/// The temporary folder goes with a failed test; with `KRS_IT_KEEP_LOGS=<dir>` the whole
+/// kubelet log is copied there first (the panic message holds only its tail).
+fn keep_log_of_failure(log: &Path) {
+    let Some(dir) = std::env::var_os("KRS_IT_KEEP_LOGS") else {
+        return;
+    };
+    if !std::thread::panicking() {
+        return;
+    }
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("unnamed")
+        .replace("::", "-");
+    let dest = Path::new(&dir).join(format!("{test}-{}.log", std::process::id()));
+    let copied = std::fs::create_dir_all(&dir).and_then(|()| std::fs::copy(log, &dest));
+    match copied {
+        Ok(_) => eprintln!("kubelet log kept: {}", dest.display()),
+        Err(e) => eprintln!("kubelet log not kept in {}: {e}", dest.display()),
     }
 }
 
