@@ -43,6 +43,17 @@ pub(crate) enum Setter {
     Ignored,
 }
 
+/// Where `--help` reads a flag's default: the value the kubelet starts from when the flag is
+/// not given (`KubeletFlags::default()`, or the configuration's legacy command-line defaults),
+/// so the help cannot tell another default than the one in force.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum HelpDefault {
+    /// Nothing shown: the default is the type's zero value.
+    None,
+    Flags(fn(&KubeletFlags) -> String),
+    Config(fn(&KubeletConfiguration) -> String),
+}
+
 #[derive(Debug)]
 pub(crate) struct FlagDef {
     pub name: &'static str,
@@ -50,8 +61,8 @@ pub(crate) struct FlagDef {
     pub arity: Arity,
     /// The value's type as pflag names it in `--help`.
     pub type_name: &'static str,
-    /// The default as `--help` shows it.
-    pub default: &'static str,
+    /// Where `--help` reads the default.
+    pub default: HelpDefault,
     pub usage: &'static str,
     /// Printed when the flag is used, and in `--help`.
     pub deprecated: Option<&'static str>,

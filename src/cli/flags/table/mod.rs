@@ -6,17 +6,14 @@ mod node;
 mod resources;
 mod serving;
 
+use super::usage::{Shown, thresholds_shown};
 use super::values::{
     assign, bool_map, boolean, duration, header_map, int32, int64, ip, label_pairs, level,
     node_ips, optional_path, optional_text, path, quantity_text, reserved_memory, string_map,
     strings, taints, text, unsplit_string_map, vmodule,
 };
-use super::{Arity, FlagDef, Setter, ValueError};
-use crate::config::{DEFAULT_CERT_DIR, DEFAULT_POD_INFRA_IMAGE, DEFAULT_ROOT_DIR, KubeletFlags};
-use crate::config::{
-    DEFAULT_CONTAINER_RUNTIME_ENDPOINT, DEFAULT_RESOLV_CONF, DEFAULT_VOLUME_PLUGIN_DIR,
-    FlushFrequency, KubeletConfiguration,
-};
+use super::{Arity, FlagDef, HelpDefault, Setter, ValueError};
+use crate::config::{FlushFrequency, KubeletConfiguration, KubeletFlags};
 
 /// Upstream deprecates every flag that sets a `KubeletConfiguration` field with this notice.
 const CONFIG_DEPRECATION: &str = "This parameter should be set via the config file specified by the Kubelet's --config flag. See https://kubernetes.io/docs/tasks/administer-cluster/kubelet-config-file/ for more information.";
@@ -45,10 +42,23 @@ const ANY: Kind = Kind(Arity::Value, "");
 type FlagsSetter = fn(&mut KubeletFlags, &str) -> Result<(), ValueError>;
 type ConfigSetter = fn(&mut KubeletConfiguration, &str, bool) -> Result<(), ValueError>;
 
+/// No default shown.
+const NONE: HelpDefault = HelpDefault::None;
+
+/// The default of a flag-only setting, read from `KubeletFlags::default()`.
+const fn flags_default(get: fn(&KubeletFlags) -> String) -> HelpDefault {
+    HelpDefault::Flags(get)
+}
+
+/// The default of a configuration flag, read from the legacy command-line defaults.
+const fn config_default(get: fn(&KubeletConfiguration) -> String) -> HelpDefault {
+    HelpDefault::Config(get)
+}
+
 const fn def(
     name: &'static str,
     kind: Kind,
-    default: &'static str,
+    default: HelpDefault,
     usage: &'static str,
     deprecated: Option<&'static str>,
     setter: Setter,
@@ -69,7 +79,7 @@ const fn def(
 const fn flag(
     name: &'static str,
     kind: Kind,
-    default: &'static str,
+    default: HelpDefault,
     usage: &'static str,
     set: FlagsSetter,
 ) -> FlagDef {
@@ -80,7 +90,7 @@ const fn flag(
 const fn config(
     name: &'static str,
     kind: Kind,
-    default: &'static str,
+    default: HelpDefault,
     usage: &'static str,
     set: ConfigSetter,
 ) -> FlagDef {
@@ -96,7 +106,7 @@ const fn config(
 
 /// A flag removed upstream: accepted, warned about, hidden from `--help`.
 const fn ignored(name: &'static str, kind: Kind) -> FlagDef {
-    def(name, kind, "", "", None, Setter::Ignored)
+    def(name, kind, NONE, "", None, Setter::Ignored)
 }
 
 /// A cadvisor flag upstream still registers, deprecated, with no effect.
@@ -104,7 +114,7 @@ const fn cadvisor(name: &'static str, kind: Kind) -> FlagDef {
     def(
         name,
         kind,
-        "",
+        NONE,
         "",
         Some(CADVISOR_DEPRECATION),
         Setter::Ignored,
@@ -241,6 +251,39 @@ mod tests {
             };
             assert!(res.is_ok(), "--{} {sample}: {res:?}", f.name);
         }
+    }
+
+    /// A default as `--help` shows it, given back to its flag, changes nothing: the help
+    /// says the value the kubelet starts from, in the form the flag takes.
+    #[test]
+    fn shown_defaults_read_back_as_the_defaults() {
+        let config = KubeletConfiguration::legacy_flag_defaults();
+        let flags = KubeletFlags::default();
+        let mut shown = 0;
+        for f in all() {
+            match (f.default, f.setter) {
+                (HelpDefault::Config(get), Setter::Config(set)) => {
+                    let text = get(&config);
+                    // pflag shows a list in brackets and takes it without.
+                    let text = text.trim_start_matches('[').trim_end_matches(']');
+                    let mut c = config.clone();
+                    set(&mut c, text, true).unwrap();
+                    assert_eq!(c, config, "--{}", f.name);
+                }
+                (HelpDefault::Flags(get), Setter::Flags(set)) => {
+                    let mut fl = flags.clone();
+                    set(&mut fl, &get(&flags)).unwrap();
+                    assert_eq!(fl, flags, "--{}", f.name);
+                }
+                (HelpDefault::None, _) => continue,
+                _ => panic!(
+                    "--{}: its default and its setter read different settings",
+                    f.name
+                ),
+            }
+            shown += 1;
+        }
+        assert_eq!(shown, 70, "flags that show a default");
     }
 
     #[test]
