@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 const NODE: &str = "krs-deadline-node";
@@ -17,12 +17,11 @@ const POD: &str = "krs-active-deadline";
 async fn shortened_deadline_fails_the_pod() {
     let (_, pods) = default_pods(&[POD]).await;
 
-    let mut k = Kubelet::new("active-deadline");
-    k.start_as_node(NODE, &[]);
+    let mut k = Kubelet::started_as_node("active-deadline", NODE);
     let mut pod = bound_sleeper(POD, NODE);
     pod["spec"]["activeDeadlineSeconds"] = json!(3000);
     let pod = api_pod(pod);
-    pods.create(&PostParams::default(), &pod).await.unwrap();
+    create_pod(&pods, &pod).await;
     wait_async(Duration::from_secs(60), "the pod to run", || async {
         let p = pods.get(POD).await.ok()?;
         (p.status?.phase.as_deref() == Some("Running")).then_some(())

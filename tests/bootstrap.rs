@@ -29,15 +29,16 @@ async fn bootstrap_gets_a_node_certificate() {
     let kubeconfig = dir.path().join("kubelet.conf");
     let cert_dir = dir.path().join("pki");
 
-    kubelet_rs::testing::bootstrap_if_needed(
-        &kubeconfig,
-        Some(Path::new(bootstrap)),
-        &cert_dir,
-        NODE,
-        TIMEOUT,
-    )
-    .await
-    .expect("bootstrap");
+    let bootstrap_if_needed = || {
+        kubelet_rs::testing::bootstrap_if_needed(
+            &kubeconfig,
+            Some(Path::new(bootstrap)),
+            &cert_dir,
+            NODE,
+            TIMEOUT,
+        )
+    };
+    bootstrap_if_needed().await.expect("bootstrap");
 
     let current = cert_dir.join("kubelet-client-current.pem");
     assert!(
@@ -95,15 +96,7 @@ async fn bootstrap_gets_a_node_certificate() {
     }
 
     // A second call finds the kubeconfig valid and leaves the files alone.
-    kubelet_rs::testing::bootstrap_if_needed(
-        &kubeconfig,
-        Some(Path::new(bootstrap)),
-        &cert_dir,
-        NODE,
-        TIMEOUT,
-    )
-    .await
-    .expect("second bootstrap");
+    bootstrap_if_needed().await.expect("second bootstrap");
     assert_eq!(std::fs::read_link(&current).unwrap(), Path::new(&name));
     assert_eq!(std::fs::read_dir(&cert_dir).unwrap().count(), 2);
 

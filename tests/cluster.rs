@@ -180,7 +180,7 @@ async fn node_joins_runs_a_deployment_and_rejects_what_does_not_fit() {
     .await;
 
     // A pod asking for more CPU than the node has is failed with OutOfcpu.
-    let greedy: Pod = serde_json::from_value(json!({
+    let greedy: Pod = api_pod(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "krs-greedy"},
         "spec": {
@@ -191,8 +191,7 @@ async fn node_joins_runs_a_deployment_and_rejects_what_does_not_fit() {
                 "resources": {"requests": {"cpu": "1000"}}
             }]
         }
-    }))
-    .unwrap();
+    }));
     let _ = pods
         .delete("krs-greedy", &DeleteParams::default().grace_period(0))
         .await;
@@ -211,7 +210,7 @@ async fn node_joins_runs_a_deployment_and_rejects_what_does_not_fit() {
         .expect("delete greedy pod");
 
     // An API server outage of a minute leaves running pods alone, and the kubelet catches up.
-    let steady: Pod = serde_json::from_value(json!({
+    let steady: Pod = api_pod(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "krs-steady"},
         "spec": {
@@ -222,24 +221,12 @@ async fn node_joins_runs_a_deployment_and_rejects_what_does_not_fit() {
                 "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
             }]
         }
-    }))
-    .unwrap();
+    }));
     pods.create(&PostParams::default(), &steady)
         .await
         .expect("create steady pod");
-    let running_id = |p: &Pod| {
-        let cs = p
-            .status
-            .as_ref()?
-            .container_statuses
-            .as_ref()?
-            .first()?
-            .clone();
-        cs.state?.running?;
-        cs.container_id
-    };
     let before = wait_async(Duration::from_secs(60), "steady pod running", || async {
-        running_id(&pods.get_opt("krs-steady").await.ok().flatten()?)
+        running_container_id(&pods.get_opt("krs-steady").await.ok().flatten()?)
     })
     .await;
     let tasks_before = running_tasks();
@@ -254,7 +241,7 @@ async fn node_joins_runs_a_deployment_and_rejects_what_does_not_fit() {
     let after = wait_async(
         Duration::from_secs(90),
         "steady pod reported again",
-        || async { running_id(&pods.get_opt("krs-steady").await.ok().flatten()?) },
+        || async { running_container_id(&pods.get_opt("krs-steady").await.ok().flatten()?) },
     )
     .await;
     assert_eq!(before, after, "the container was restarted");

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use k8s_openapi::api::core::v1::{Event, Pod};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::json;
 
 const NODE: &str = "krs-sizelimit-node";
@@ -26,11 +26,10 @@ async fn empty_dir_size_limits() {
         let _ = pods.delete(name, &gone).await;
     }
 
-    let mut k = Kubelet::new("sizelimit");
-    k.start_as_node(NODE, &[]);
+    let mut k = Kubelet::started_as_node("sizelimit", NODE);
 
     // Writes 3 MiB into a 1 MiB disk emptyDir, then waits; a sibling volume stays small.
-    let hog: Pod = serde_json::from_value(json!({
+    let hog: Pod = api_pod(json!({
         "metadata": {"name": HOG},
         "spec": {
             "nodeName": NODE,
@@ -50,11 +49,10 @@ async fn empty_dir_size_limits() {
                 {"name": "data", "emptyDir": {"sizeLimit": "1Mi"}},
             ],
         },
-    }))
-    .unwrap();
+    }));
     // A 32 MiB pod memory limit and two tmpfs emptyDirs: one limited to 8 MiB, one bounded
     // by the pod's limit only. The container reports their sizes in its termination message.
-    let tmpfs: Pod = serde_json::from_value(json!({
+    let tmpfs: Pod = api_pod(json!({
         "metadata": {"name": TMPFS},
         "spec": {
             "nodeName": NODE,
@@ -76,10 +74,9 @@ async fn empty_dir_size_limits() {
                 {"name": "bounded", "emptyDir": {"medium": "Memory"}},
             ],
         },
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &hog).await.unwrap();
-    pods.create(&PostParams::default(), &tmpfs).await.unwrap();
+    }));
+    create_pod(&pods, &hog).await;
+    create_pod(&pods, &tmpfs).await;
 
     let status = wait_async(Duration::from_secs(90), "the hog to be evicted", || async {
         let s = pods.get(HOG).await.ok()?.status?;

@@ -17,31 +17,12 @@ const CONFIG_MAP: &str = "krs-env-cm";
 const SECRET: &str = "krs-env-secret";
 
 fn waiting(p: &Pod) -> Option<(String, String)> {
-    let w = p
-        .status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .first()?
-        .state
-        .as_ref()?
-        .waiting
-        .clone()?;
+    let w = first_state(p)?.waiting.clone()?;
     Some((w.reason.unwrap_or_default(), w.message.unwrap_or_default()))
 }
 
 fn terminated_message(p: &Pod) -> Option<String> {
-    p.status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .first()?
-        .state
-        .as_ref()?
-        .terminated
-        .as_ref()?
-        .message
-        .clone()
+    first_state(p)?.terminated.as_ref()?.message.clone()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -67,9 +48,8 @@ async fn env_comes_from_config_maps_and_secrets() {
         .await
         .unwrap();
 
-    let mut k = Kubelet::new("env-sources");
-    k.start_as_node(NODE, &[]);
-    let pod: Pod = serde_json::from_value(json!({
+    let mut k = Kubelet::started_as_node("env-sources", NODE);
+    let pod: Pod = api_pod(json!({
         "metadata": {"name": POD},
         "spec": {
             "nodeName": NODE,
@@ -92,9 +72,8 @@ async fn env_comes_from_config_maps_and_secrets() {
                 ],
             }],
         },
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &pod).await.unwrap();
+    }));
+    create_pod(&pods, &pod).await;
 
     // The configMap does not exist yet: the container waits, and the reason names it.
     let (reason, message) = wait_async(
@@ -153,9 +132,7 @@ async fn env_comes_from_config_maps_and_secrets() {
         .as_mut()
         .unwrap()[0]
         .prefix = None;
-    pods.create(&PostParams::default(), &unprefixed)
-        .await
-        .unwrap();
+    create_pod(&pods, &unprefixed).await;
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
     let message = wait_async(
         Duration::from_secs(60),

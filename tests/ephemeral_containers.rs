@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
-use kube::api::{DeleteParams, PostParams};
+use kube::api::DeleteParams;
 use serde_json::json;
 
 const NODE: &str = "eph-node";
@@ -126,9 +126,8 @@ async fn kubectl_debug_runs_once_in_the_pod_and_target_namespace() {
     common::upstream::bin("kubectl");
     let (_, pods) = default_pods(&[POD]).await;
 
-    let mut k = Kubelet::new("ephemeral-containers");
-    k.start_as_node(NODE, &[]);
-    let pod: Pod = serde_json::from_value(json!({
+    let mut k = Kubelet::started_as_node("ephemeral-containers", NODE);
+    let pod: Pod = api_pod(json!({
         "metadata": {"name": POD},
         "spec": {
             "nodeName": NODE,
@@ -149,20 +148,12 @@ async fn kubectl_debug_runs_once_in_the_pod_and_target_namespace() {
                 "volumeMounts": [{"name": "data", "mountPath": "/data"}],
             }],
         },
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &pod).await.unwrap();
+    }));
+    create_pod(&pods, &pod).await;
     let app = wait_async(Duration::from_secs(60), "the app running", || async {
         let p = pods.get(POD).await.ok()?;
-        let s = p
-            .status
-            .as_ref()?
-            .container_statuses
-            .as_ref()?
-            .first()?
-            .clone();
-        s.state?.running?;
-        Some((p.clone(), s.container_id?))
+        let id = running_container_id(&p)?;
+        Some((p, id))
     })
     .await;
     let (app_pod, app_id) = app;

@@ -35,7 +35,7 @@ fn pod(name: &str, go_dir: &str, fill_mib: u64, resources: serde_json::Value) ->
     let script = format!(
         "while [ ! -e /go/now ]; do sleep 0.1; done; dd if=/dev/zero bs={fill_mib}M count=1 | sleep 3600"
     );
-    serde_json::from_value(json!({
+    api_pod(json!({
         "metadata": {"name": name},
         "spec": {
             "nodeName": NODE_NAME,
@@ -51,7 +51,6 @@ fn pod(name: &str, go_dir: &str, fill_mib: u64, resources: serde_json::Value) ->
             }],
         },
     }))
-    .unwrap()
 }
 
 fn node_condition(node: &Node, type_: &str) -> Option<String> {
@@ -192,7 +191,7 @@ async fn memory_pressure() {
         pod("krs-evict-bu", &go_dir, 100, requests("10Mi")),
         pod("krs-evict-g", &go_dir, 20, guaranteed),
     ] {
-        pods.create(&PostParams::default(), &p).await.unwrap();
+        create_pod(&pods, &p).await;
     }
     wait_running(&pods, &names[..3]).await;
     let node = nodes.get(NODE_NAME).await.unwrap();
@@ -332,7 +331,7 @@ fn writer(name: &str, go_dir: &str, write_mib: u64, resources: serde_json::Value
     let script = format!(
         "while [ ! -e /go/now ]; do sleep 0.1; done; dd if=/dev/zero of=/data/fill bs=1M count={write_mib}; sleep 3600"
     );
-    serde_json::from_value(json!({
+    api_pod(json!({
         "metadata": {"name": name},
         "spec": {
             "nodeName": DISK_NODE,
@@ -354,7 +353,6 @@ fn writer(name: &str, go_dir: &str, write_mib: u64, resources: serde_json::Value
             }],
         },
     }))
-    .unwrap()
 }
 
 const DISK_NODE: &str = "krs-evict-disk-node";
@@ -401,7 +399,7 @@ async fn disk_pressure() {
         writer("krs-disk-bu", &go_dir, 40, eph("10Mi")),
         writer("krs-disk-g", &go_dir, 10, guaranteed),
     ] {
-        pods.create(&PostParams::default(), &p).await.unwrap();
+        create_pod(&pods, &p).await;
     }
     wait_running(&pods, &names).await;
     let crossed = Instant::now();

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use k8s_openapi::api::core::v1::{Event, Pod};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::json;
 
 const NODE: &str = "krs-hooks-node";
@@ -38,14 +38,7 @@ async fn running(pods: &Api<Pod>, name: &str) -> Pod {
         &format!("{name} to run"),
         || async {
             let p = pods.get(name).await.ok()?;
-            let c = p
-                .status
-                .as_ref()?
-                .container_statuses
-                .as_ref()?
-                .first()?
-                .clone();
-            c.state?.running.map(|_| p)
+            first_running(&p).then_some(p)
         },
     )
     .await
@@ -61,12 +54,11 @@ async fn post_start_and_pre_stop_hooks() {
         let _ = pods.delete(p, &gone).await;
     }
 
-    let mut k = Kubelet::new("lifecycle-hooks");
-    k.start_as_node(NODE, &[]);
+    let mut k = Kubelet::started_as_node("lifecycle-hooks", NODE);
     let hooks_dir = k.dir.path().join("hooks");
     std::fs::create_dir_all(&hooks_dir).unwrap();
 
-    let handler: Pod = serde_json::from_value(json!({
+    let handler: Pod = api_pod(json!({
         "metadata": {"name": HANDLER},
         "spec": {
             "nodeName": NODE,
@@ -78,13 +70,12 @@ async fn post_start_and_pre_stop_hooks() {
                 "command": ["sh", "-c", "mkdir -p /www && touch /www/poststart && exec httpd -f -vv -p 8080 -h /www"],
             }],
         },
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &handler).await.unwrap();
+    }));
+    create_pod(&pods, &handler).await;
     let handler = running(&pods, HANDLER).await;
     let handler_ip = handler.status.as_ref().unwrap().pod_ip.clone().unwrap();
 
-    let hooked: Pod = serde_json::from_value(json!({
+    let hooked: Pod = api_pod(json!({
         "metadata": {"name": HOOKED},
         "spec": {
             "nodeName": NODE,
@@ -115,9 +106,8 @@ async fn post_start_and_pre_stop_hooks() {
             ],
             "volumes": [{"name": "hooks", "hostPath": {"path": hooks_dir.to_string_lossy()}}],
         },
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &hooked).await.unwrap();
+    }));
+    create_pod(&pods, &hooked).await;
     running(&pods, HOOKED).await;
     assert_eq!(
         std::fs::read_to_string(hooks_dir.join("poststart")).unwrap(),
@@ -142,22 +132,11 @@ async fn post_start_and_pre_stop_hooks() {
     assert!(handler_log.contains("url:/prestop"), "{handler_log}");
 
     // A postStart hook that fails kills its container, which is then restarted.
-    let bad: Pod = serde_json::from_value(json!({
-        "metadata": {"name": BAD},
-        "spec": {
-            "nodeName": NODE,
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{
-                "name": "main",
-                "image": BUSYBOX,
-                "imagePullPolicy": "IfNotPresent",
-                "command": ["sleep", "3600"],
-                "lifecycle": {"postStart": {"exec": {"command": ["sh", "-c", "echo nope >&2; exit 3"]}}},
-            }],
-        },
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &bad).await.unwrap();
+    let mut bad = bound_sleeper(BAD, NODE);
+    bad["spec"]["containers"][0]["lifecycle"] =
+        json!({"postStart": {"exec": {"command": ["sh", "-c", "echo nope >&2; exit 3"]}}});
+    let bad = api_pod(bad);
+    create_pod(&pods, &bad).await;
     let message = wait_async(Duration::from_secs(60), "FailedPostStartHook", || async {
         let list = events
             .list(&ListParams::default().fields(&format!(

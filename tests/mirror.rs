@@ -44,15 +44,7 @@ async fn static_pods_have_mirror_pods_and_events() {
     let (client, pods, nodes, name) = without_mirror(STATIC, MIRROR_NODE).await;
 
     let mut k = Kubelet::new("mirror");
-    k.write_manifest(
-        "static.yaml",
-        &pod_yaml(
-            STATIC,
-            "Always",
-            2,
-            "trap 'exit 0' TERM; while true; do sleep 1; done",
-        ),
-    );
+    k.write_manifest("static.yaml", &looper(STATIC));
     k.start_as_node(MIRROR_NODE, &[]);
 
     let log = k.log_path.clone();
@@ -123,17 +115,7 @@ async fn static_pods_have_mirror_pods_and_events() {
 
     // Without its manifest the static pod stops and the mirror pod goes away.
     k.remove_manifest("static.yaml");
-    wait_async(
-        Duration::from_secs(60),
-        "the mirror pod deleted",
-        || async {
-            pods.get_opt(&name)
-                .await
-                .ok()
-                .and_then(|p| p.is_none().then_some(()))
-        },
-    )
-    .await;
+    mirror_deleted(&pods, &name).await;
 
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(text.contains("Mirror pod created"), "{}", tail(&text, 40));
@@ -160,6 +142,64 @@ fn mirror_hash(p: &Pod) -> Option<String> {
         .as_ref()?
         .get(MIRROR_ANNOTATION)
         .cloned()
+}
+
+/// The orphaned mirror pod `name` (of uid `uid`) is deleted within 15 s of `started`, the
+/// kubelet's start, by its stale mirror pod cleanup.
+async fn orphan_deleted_soon(
+    k: &Kubelet,
+    pods: &Api<Pod>,
+    name: &str,
+    uid: &str,
+    started: Instant,
+    what: &str,
+) {
+    wait_async(
+        Duration::from_secs(60),
+        &format!("the orphaned mirror pod {what} deleted"),
+        || async {
+            let p = pods.get_opt(name).await.ok()?;
+            p.is_none_or(|p| p.metadata.uid.as_deref() != Some(uid))
+                .then_some(())
+        },
+    )
+    .await;
+    let took = started.elapsed();
+    eprintln!("orphaned mirror pod {what} deleted {took:?} after the start");
+    assert!(
+        took < Duration::from_secs(15),
+        "the orphaned mirror pod {what} went {took:?} after the start"
+    );
+    let log = k.log();
+    assert!(
+        log.contains("Stale mirror pod deleted"),
+        "{}",
+        tail(&log, 40)
+    );
+}
+
+async fn mirror_deleted(pods: &Api<Pod>, name: &str) {
+    wait_async(
+        Duration::from_secs(60),
+        "the mirror pod deleted",
+        || async {
+            pods.get_opt(name)
+                .await
+                .ok()
+                .and_then(|p| p.is_none().then_some(()))
+        },
+    )
+    .await;
+}
+
+/// A static pod that runs until it is stopped, and stops at once.
+fn looper(name: &str) -> String {
+    pod_yaml(
+        name,
+        "Always",
+        2,
+        "trap 'exit 0' TERM; while true; do sleep 1; done",
+    )
 }
 
 /// Waits for the running mirror pod `name` other than `not_uid`; returns it.
@@ -201,28 +241,7 @@ async fn mirror_pods_of_static_pods_removed_while_down_go_after_a_restart() {
 
         let started = Instant::now();
         k.start_as_node(RESTART_NODE, &[]);
-        wait_async(
-            Duration::from_secs(60),
-            &format!("the orphaned mirror pod deleted after a {how}"),
-            || async {
-                let p = pods.get_opt(&name).await.ok()?;
-                p.is_none_or(|p| p.metadata.uid.as_deref() != Some(&uid))
-                    .then_some(())
-            },
-        )
-        .await;
-        let took = started.elapsed();
-        eprintln!("orphaned mirror pod deleted {took:?} after the start ({how})");
-        assert!(
-            took < Duration::from_secs(15),
-            "the orphaned mirror pod went {took:?} after the start ({how})"
-        );
-        let log = k.log();
-        assert!(
-            log.contains("Stale mirror pod deleted"),
-            "{}",
-            tail(&log, 40)
-        );
+        orphan_deleted_soon(&k, &pods, &name, &uid, started, &format!("after a {how}")).await;
         k.stop();
     }
 
@@ -252,17 +271,7 @@ async fn mirror_pods_of_static_pods_removed_while_down_go_after_a_restart() {
     );
 
     k.remove_manifest("st.yaml");
-    wait_async(
-        Duration::from_secs(60),
-        "the mirror pod deleted",
-        || async {
-            pods.get_opt(&name)
-                .await
-                .ok()
-                .and_then(|p| p.is_none().then_some(()))
-        },
-    )
-    .await;
+    mirror_deleted(&pods, &name).await;
     k.cleanup();
     let _ = nodes.delete(RESTART_NODE, &DeleteParams::default()).await;
 }
@@ -361,15 +370,7 @@ async fn mirror_pod_of_the_upstream_kubelet_goes_when_ours_takes_over_without_it
     let (_, pods, nodes, name) = without_mirror(SWAP_STATIC, SWAP_NODE).await;
 
     let mut k = Kubelet::new("mirror-swap");
-    k.write_manifest(
-        "sw.yaml",
-        &pod_yaml(
-            SWAP_STATIC,
-            "Always",
-            2,
-            "trap 'exit 0' TERM; while true; do sleep 1; done",
-        ),
-    );
+    k.write_manifest("sw.yaml", &looper(SWAP_STATIC));
     let log_dirs_before: Vec<bool> = UPSTREAM_LOG_DIRS
         .iter()
         .map(|d| std::path::Path::new(d).exists())
@@ -417,32 +418,11 @@ async fn mirror_pod_of_the_upstream_kubelet_goes_when_ours_takes_over_without_it
 
     let started = Instant::now();
     k.start_as_node(SWAP_NODE, &[]);
-    wait_async(
-        Duration::from_secs(60),
-        "the upstream kubelet's orphaned mirror pod deleted",
-        || async {
-            let p = pods.get_opt(&name).await.ok()?;
-            p.is_none_or(|p| p.metadata.uid.as_deref() != Some(&uid))
-                .then_some(())
-        },
-    )
-    .await;
-    let took = started.elapsed();
-    eprintln!("the upstream kubelet's orphaned mirror pod deleted {took:?} after ours started");
-    assert!(
-        took < Duration::from_secs(15),
-        "the orphaned mirror pod went {took:?} after ours started"
-    );
+    orphan_deleted_soon(&k, &pods, &name, &uid, started, "of the upstream kubelet").await;
     wait_for(
         Duration::from_secs(60),
         "the upstream kubelet's pod stopped and removed",
         || (runtime_pod_count() == 0).then_some(()),
-    );
-    let log = k.log();
-    assert!(
-        log.contains("Stale mirror pod deleted"),
-        "{}",
-        tail(&log, 40)
     );
     k.cleanup();
     let _ = nodes.delete(SWAP_NODE, &DeleteParams::default()).await;

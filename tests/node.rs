@@ -263,13 +263,10 @@ fn security_context_and_downward_env_are_applied() {
     let _g = serial();
     let mut k = Kubelet::new("secctx");
     let pod = |name: &str, user: &str| {
-        format!(
-            r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-spec:
-  terminationGracePeriodSeconds: 1
+        static_pod(
+            name,
+            &format!(
+                r#"  terminationGracePeriodSeconds: 1
   securityContext:
     runAsNonRoot: true{user}
   containers:
@@ -287,6 +284,7 @@ spec:
           resource: limits.memory
           divisor: 1Mi
 "#
+            ),
         )
     };
     k.write_manifest("rootimage.yaml", &pod("rootimage", ""));

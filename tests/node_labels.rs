@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::*;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
 const NODE: &str = "krs-label-node";
@@ -22,8 +22,7 @@ async fn a_label_added_after_registration_admits_pods_that_select_it() {
     let gone = DeleteParams::default().grace_period(0);
     let _ = pods.delete(POD, &gone).await;
 
-    let mut k = Kubelet::new("node-labels");
-    k.start_as_node(NODE, &[]);
+    let mut k = Kubelet::started_as_node("node-labels", NODE);
     wait_async(Duration::from_secs(60), "the node to register", || async {
         nodes.get_opt(NODE).await.ok()?.map(|_| ())
     })
@@ -37,7 +36,7 @@ async fn a_label_added_after_registration_admits_pods_that_select_it() {
     let mut pod = bound_sleeper(POD, NODE);
     pod["spec"]["nodeSelector"] = json!({LABEL: "blue"});
     let pod = api_pod(pod);
-    pods.create(&PostParams::default(), &pod).await.unwrap();
+    create_pod(&pods, &pod).await;
     let phase = wait_async(
         Duration::from_secs(60),
         "the pod to run or fail",

@@ -14,7 +14,7 @@ use std::time::Duration;
 use common::systemd_node::{SystemdNode, run};
 use common::*;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams};
 
 const NODE: &str = "krs-shutdown-node";
 const LATE: &str = "krs-shutdown-late";
@@ -26,19 +26,17 @@ fn manifest(name: &str, critical: bool, delay: u32) -> String {
     } else {
         ""
     };
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-spec:
-{priority}  terminationGracePeriodSeconds: 30
+    static_pod(
+        name,
+        &format!(
+            r#"{priority}  terminationGracePeriodSeconds: 30
   containers:
   - name: main
     image: {BUSYBOX}
     imagePullPolicy: IfNotPresent
     command: ["sh", "-c", "trap 'sleep {delay}; exit 0' TERM; while true; do sleep 0.2; done"]
 "#
+        ),
     )
 }
 
@@ -188,7 +186,7 @@ async fn shutdown_terminates_pods_by_priority() {
         },
     }))
     .unwrap();
-    pods.create(&PostParams::default(), &late).await.unwrap();
+    create_pod(&pods, &late).await;
     let rejected = wait_async(Duration::from_secs(30), "the late pod's rejection", || {
         let pods = pods.clone();
         async move {

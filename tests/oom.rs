@@ -14,13 +14,10 @@ use serde_json::Value;
 
 /// A busybox pod whose one container doubles a shell string until its 32Mi limit stops it.
 fn hog(name: &str, restart: &str) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-spec:
-  restartPolicy: {restart}
+    static_pod(
+        name,
+        &format!(
+            r#"  restartPolicy: {restart}
   terminationGracePeriodSeconds: 1
   containers:
   - name: hog
@@ -31,6 +28,7 @@ spec:
       limits:
         memory: 32Mi
 "#
+        ),
     )
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use k8s_openapi::api::core::v1::{Event, Pod};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::json;
 
 const NODE: &str = "krs-probes-node";
@@ -54,9 +54,8 @@ async fn probes_restart_and_gate_readiness() {
         let _ = pods.delete(p, &gone).await;
     }
 
-    let mut k = Kubelet::new("probes");
-    k.start_as_node(NODE, &[]);
-    let liveness: Pod = serde_json::from_value(json!({
+    let mut k = Kubelet::started_as_node("probes", NODE);
+    let liveness: Pod = api_pod(json!({
         "metadata": {"name": LIVENESS_POD},
         "spec": {
             "nodeName": NODE,
@@ -74,18 +73,15 @@ async fn probes_restart_and_gate_readiness() {
                 },
             }],
         },
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &liveness)
-        .await
-        .unwrap();
+    }));
+    create_pod(&pods, &liveness).await;
 
     // httpd serves /www; /www/ok exists from 0 s to 15 s, the startup marker from 3 s.
     // (`a && b && (c) &` would put the whole list in the background, racing httpd.)
     let script = "mkdir -p /www && echo ok > /www/ok; \
         (sleep 3; touch /tmp/started; sleep 12; rm -f /www/ok) & \
         exec httpd -f -p 8080 -h /www";
-    let readiness: Pod = serde_json::from_value(json!({
+    let readiness: Pod = api_pod(json!({
         "metadata": {"name": READINESS_POD},
         "spec": {
             "nodeName": NODE,
@@ -118,11 +114,8 @@ async fn probes_restart_and_gate_readiness() {
                 },
             }],
         },
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &readiness)
-        .await
-        .unwrap();
+    }));
+    create_pod(&pods, &readiness).await;
 
     // Running, but neither started nor ready before the startup probe passes.
     let early = wait_async(
@@ -212,26 +205,18 @@ async fn probes_restart_and_gate_readiness() {
                 && l.contains(&format!("pod=\"{pod}\""))
         })
     };
-    assert!(
-        has("Liveness", "failed", "liveness", LIVENESS_POD),
-        "{metrics}"
-    );
-    assert!(
-        has("Readiness", "successful", "web", READINESS_POD),
-        "{metrics}"
-    );
-    assert!(
-        has("Readiness", "failed", "web", READINESS_POD),
-        "{metrics}"
-    );
-    assert!(
-        has("Startup", "successful", "web", READINESS_POD),
-        "{metrics}"
-    );
-    assert!(
-        has("Liveness", "successful", "web", READINESS_POD),
-        "{metrics}"
-    );
+    for (kind, result, container, pod) in [
+        ("Liveness", "failed", "liveness", LIVENESS_POD),
+        ("Readiness", "successful", "web", READINESS_POD),
+        ("Readiness", "failed", "web", READINESS_POD),
+        ("Startup", "successful", "web", READINESS_POD),
+        ("Liveness", "successful", "web", READINESS_POD),
+    ] {
+        assert!(
+            has(kind, result, container, pod),
+            "{kind} {result} {container}: {metrics}"
+        );
+    }
 
     for p in [LIVENESS_POD, READINESS_POD] {
         let _ = pods.delete(p, &gone).await;

@@ -39,9 +39,8 @@ async fn review(client: &kube::Client, token: &str, audience: Option<&str>) -> (
 async fn projected_tokens_are_bound_and_accepted() {
     let (client, pods) = default_pods(&[POD]).await;
 
-    let mut k = Kubelet::new("projected-token");
-    k.start_as_node(NODE, &[]);
-    let pod: Pod = serde_json::from_value(json!({
+    let mut k = Kubelet::started_as_node("projected-token", NODE);
+    let pod: Pod = api_pod(json!({
         "metadata": {"name": POD},
         "spec": {
             "nodeName": NODE,
@@ -68,8 +67,7 @@ async fn projected_tokens_are_bound_and_accepted() {
                 ]}},
             ],
         },
-    }))
-    .unwrap();
+    }));
     let uid = create_pod(&pods, &pod).await;
     wait_async(Duration::from_secs(60), "the pod to run", || async {
         let p = pods.get(POD).await.ok()?;
@@ -131,14 +129,13 @@ async fn projected_tokens_are_bound_and_accepted() {
 async fn tokens_are_renewed_past_eighty_percent_of_their_life() {
     let (client, pods) = default_pods(&[REFRESH_POD]).await;
     // The token is bound to this pod, which needs no kubelet: it never leaves Pending.
-    let pod: Pod = serde_json::from_value(json!({
+    let pod: Pod = api_pod(json!({
         "metadata": {"name": REFRESH_POD},
         "spec": {
             "nodeName": "krs-token-nowhere",
             "containers": [{"name": "main", "image": BUSYBOX}],
         },
-    }))
-    .unwrap();
+    }));
     let pod = pods.create(&PostParams::default(), &pod).await.unwrap();
 
     let cache = kubelet_rs::testing::TokenCache::default();

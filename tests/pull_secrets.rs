@@ -110,20 +110,6 @@ impl Drop for HostsEntry {
     }
 }
 
-fn waiting_reason(p: &Pod) -> Option<String> {
-    p.status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .first()?
-        .state
-        .as_ref()?
-        .waiting
-        .as_ref()?
-        .reason
-        .clone()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn image_pull_secret_credentials_reach_the_registry() {
     let client = admin_client().await;
@@ -150,9 +136,8 @@ async fn image_pull_secret_credentials_reach_the_registry() {
         .await
         .unwrap();
 
-    let mut k = Kubelet::new("pull-secrets");
-    k.start_as_node(NODE, &[]);
-    let pod: Pod = serde_json::from_value(json!({
+    let mut k = Kubelet::started_as_node("pull-secrets", NODE);
+    let pod: Pod = api_pod(json!({
         "metadata": {"name": POD},
         "spec": {
             "nodeName": NODE,
@@ -160,9 +145,8 @@ async fn image_pull_secret_credentials_reach_the_registry() {
             "terminationGracePeriodSeconds": 1,
             "containers": [{"name": "app", "image": format!("{registry}/private/app:1")}],
         },
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &pod).await.unwrap();
+    }));
+    create_pod(&pods, &pod).await;
 
     let expected = format!("Basic {auth}");
     wait_async(

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 const NODE: &str = "krs-gates-node";
@@ -37,12 +37,11 @@ async fn set_gate(pods: &Api<Pod>, status: &str) {
 async fn readiness_gates_hold_ready() {
     let (_, pods) = default_pods(&[POD]).await;
 
-    let mut k = Kubelet::new("readiness-gates");
-    k.start_as_node(NODE, &[]);
+    let mut k = Kubelet::started_as_node("readiness-gates", NODE);
     let mut pod = bound_sleeper(POD, NODE);
     pod["spec"]["readinessGates"] = json!([{"conditionType": GATE}]);
     let pod = api_pod(pod);
-    pods.create(&PostParams::default(), &pod).await.unwrap();
+    create_pod(&pods, &pod).await;
 
     let ready = wait_async(
         Duration::from_secs(60),

@@ -18,7 +18,7 @@ use common::*;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
 const NODE: &str = "krs-restart-node";
@@ -40,12 +40,11 @@ async fn start_time_condition_times_and_deadline_survive_a_crash() {
     let _guard = serial();
     let (_, pods) = default_pods(&[POD]).await;
 
-    let mut k = Kubelet::new("restart-state");
-    k.start_as_node(NODE, &[]);
+    let mut k = Kubelet::started_as_node("restart-state", NODE);
     let mut pod = bound_sleeper(POD, NODE);
     pod["spec"]["activeDeadlineSeconds"] = json!(DEADLINE_S);
     let pod = api_pod(pod);
-    pods.create(&PostParams::default(), &pod).await.unwrap();
+    create_pod(&pods, &pod).await;
     let before = wait_async(Duration::from_secs(60), "the pod ready", || async {
         let s = pods.get(POD).await.ok()?.status?;
         let ready = s
@@ -110,8 +109,7 @@ async fn a_pod_selecting_an_added_node_label_survives_a_crash() {
     let (client, pods) = default_pods(&[LABEL_POD]).await;
     let nodes: Api<Node> = Api::all(client.clone());
 
-    let mut k = Kubelet::new("restart-labels");
-    k.start_as_node(LABEL_NODE, &[]);
+    let mut k = Kubelet::started_as_node("restart-labels", LABEL_NODE);
     wait_async(Duration::from_secs(60), "the node registered", || async {
         nodes.get_opt(LABEL_NODE).await.ok().flatten()
     })
@@ -124,25 +122,13 @@ async fn a_pod_selecting_an_added_node_label_survives_a_crash() {
         )
         .await
         .unwrap();
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": LABEL_POD},
-        "spec": {
-            "nodeName": LABEL_NODE,
-            "nodeSelector": {"krs-test/disk": "ssd"},
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{
-                "name": "main",
-                "image": BUSYBOX,
-                "imagePullPolicy": "IfNotPresent",
-                "command": ["sleep", "3600"],
-            }],
-        },
-    }))
-    .unwrap();
+    let mut pod = bound_sleeper(LABEL_POD, LABEL_NODE);
+    pod["spec"]["nodeSelector"] = json!({"krs-test/disk": "ssd"});
+    let pod = api_pod(pod);
     // The kubelet's node watch takes a moment to see the label; a pod that came first would be
     // rejected, with upstream's kubelet too.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    pods.create(&PostParams::default(), &pod).await.unwrap();
+    create_pod(&pods, &pod).await;
     let container_id = |p: &Pod| {
         p.status.as_ref()?.container_statuses.as_ref()?[0]
             .container_id
@@ -201,9 +187,8 @@ async fn a_finished_pods_volumes_left_held_are_released_after_a_restart() {
     let (client, pods) = default_pods(&[FINISHED_POD]).await;
     let nodes: Api<Node> = Api::all(client.clone());
 
-    let mut k = Kubelet::new("restart-finished");
-    k.start_as_node(FINISHED_NODE, &[]);
-    let pod: Pod = serde_json::from_value(json!({
+    let mut k = Kubelet::started_as_node("restart-finished", FINISHED_NODE);
+    let pod: Pod = api_pod(json!({
         "metadata": {"name": FINISHED_POD},
         "spec": {
             "nodeName": FINISHED_NODE,
@@ -218,8 +203,7 @@ async fn a_finished_pods_volumes_left_held_are_released_after_a_restart() {
                 "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
             }],
         },
-    }))
-    .unwrap();
+    }));
     let uid = create_pod(&pods, &pod).await;
     wait_phase(&pods, FINISHED_POD, "Succeeded", Duration::from_secs(60)).await;
     let volumes = k.root_dir.join("pods").join(&uid).join("volumes");
@@ -328,21 +312,10 @@ fn a_static_pod_changed_while_down_never_runs_beside_its_old_self() {
 const DOWN_NODE: &str = "krs-restart-down";
 
 fn sleeper_pod(name: &str, restart: &str, script: &str) -> Pod {
-    serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {
-            "nodeName": DOWN_NODE,
-            "restartPolicy": restart,
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{
-                "name": "main",
-                "image": BUSYBOX,
-                "imagePullPolicy": "IfNotPresent",
-                "command": ["sh", "-c", script],
-            }],
-        },
-    }))
-    .unwrap()
+    let mut pod = bound_sleeper(name, DOWN_NODE);
+    pod["spec"]["restartPolicy"] = json!(restart);
+    pod["spec"]["containers"][0]["command"] = json!(["sh", "-c", script]);
+    api_pod(pod)
 }
 
 /// While the kubelet is down (killed), one API pod is deleted and another one's container
@@ -357,8 +330,7 @@ async fn pods_deleted_or_ended_while_down_are_cleaned_up_and_reported() {
     let (client, pods) = default_pods(&[deleted, ended]).await;
     let nodes: Api<Node> = Api::all(client.clone());
     let gone = DeleteParams::default().grace_period(0);
-    let mut k = Kubelet::new("restart-down");
-    k.start_as_node(DOWN_NODE, &[]);
+    let mut k = Kubelet::started_as_node("restart-down", DOWN_NODE);
     let mut uids = Vec::new();
     for pod in [
         sleeper_pod(deleted, "Always", "sleep 3600"),

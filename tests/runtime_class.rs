@@ -55,24 +55,11 @@ fn delete_class(name: &str) {
 }
 
 fn pod(name: &str, class: &str) -> Pod {
-    serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {
-            "nodeName": NODE,
-            "runtimeClassName": class,
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{
-                "name": "main",
-                "image": BUSYBOX,
-                "imagePullPolicy": "IfNotPresent",
-                "command": ["sleep", "3600"],
-                "resources": {
-                    "limits": {"cpu": "200m", "memory": "64Mi"},
-                },
-            }],
-        },
-    }))
-    .unwrap()
+    let mut pod = bound_sleeper(name, NODE);
+    pod["spec"]["runtimeClassName"] = json!(class);
+    pod["spec"]["containers"][0]["resources"] =
+        json!({"limits": {"cpu": "200m", "memory": "64Mi"}});
+    api_pod(pod)
 }
 
 async fn events_of(client: &kube::Client, pod: &str) -> Vec<Event> {
@@ -93,15 +80,6 @@ async fn wait_event(client: &kube::Client, pod: &str, reason: &str, text: &str) 
         },
     )
     .await
-}
-
-fn running(p: &Pod) -> bool {
-    p.status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|c| c.first())
-        .and_then(|c| c.state.as_ref())
-        .is_some_and(|s| s.running.is_some())
 }
 
 /// The handler containerd recorded for the pod's sandbox (its CRI metadata extension).
@@ -179,8 +157,7 @@ async fn runtime_class_handler_overhead_and_missing_class_async() {
         .unwrap();
     delete_class(GONE_CLASS);
 
-    let mut k = Kubelet::new("runtime-class");
-    k.start_as_node(NODE, &[]);
+    let mut k = Kubelet::started_as_node("runtime-class", NODE);
 
     let created = pods
         .create(&PostParams::default(), &pod("rtc-handler", CLASS))
@@ -193,7 +170,7 @@ async fn runtime_class_handler_overhead_and_missing_class_async() {
         "the API server's RuntimeClass admission sets the overhead"
     );
     let p = wait_async(Duration::from_secs(90), "rtc-handler running", || async {
-        pods.get("rtc-handler").await.ok().filter(running)
+        pods.get("rtc-handler").await.ok().filter(first_running)
     })
     .await;
     let uid = p.metadata.uid.clone().unwrap();
@@ -233,7 +210,7 @@ async fn runtime_class_handler_overhead_and_missing_class_async() {
     let p = wait_async(
         Duration::from_secs(60),
         "rtc-missing running once its class is back",
-        || async { pods.get("rtc-missing").await.ok().filter(running) },
+        || async { pods.get("rtc-missing").await.ok().filter(first_running) },
     )
     .await;
     assert_eq!(

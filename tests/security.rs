@@ -229,8 +229,12 @@ fn security_contexts_reach_the_process() {
     k.cleanup();
 }
 
-fn rejected(p: &Value, reason: &str) -> bool {
-    phase(p) == "Failed" && p["status"]["reason"] == reason
+/// Waits until admission refuses the static pod `name` for `reason`, and checks its message.
+fn assert_refused(k: &mut Kubelet, name: &str, reason: &str, message: &str) {
+    let p = k.wait_pod(name, "refused", Duration::from_secs(30), |p| {
+        phase(p) == "Failed" && p["status"]["reason"] == reason
+    });
+    assert_eq!(p["status"]["message"], message, "{name}");
 }
 
 #[test]
@@ -305,25 +309,17 @@ fn security_admission_of_static_pods() {
     assert!(out.contains("1024\t50000"), "{out}");
     assert!(out.lines().any(|l| l == "1"), "{out}");
 
-    let unsafe_ = k.wait_pod(
+    assert_refused(
+        &mut k,
         "sec-sysctl-unsafe",
-        "refused",
-        Duration::from_secs(30),
-        |p| rejected(p, "SysctlForbidden"),
+        "SysctlForbidden",
+        "Pod was rejected: forbidden sysctl: \"kernel.msgmax\" not allowlisted",
     );
-    assert_eq!(
-        unsafe_["status"]["message"],
-        "Pod was rejected: forbidden sysctl: \"kernel.msgmax\" not allowlisted"
-    );
-    let hostnet = k.wait_pod(
+    assert_refused(
+        &mut k,
         "sec-sysctl-hostnet",
-        "refused",
-        Duration::from_secs(30),
-        |p| rejected(p, "SysctlForbidden"),
-    );
-    assert_eq!(
-        hostnet["status"]["message"],
-        "Pod was rejected: forbidden sysctl: \"net.ipv4.tcp_syncookies\" not allowed with host Net enabled"
+        "SysctlForbidden",
+        "Pod was rejected: forbidden sysctl: \"net.ipv4.tcp_syncookies\" not allowed with host Net enabled",
     );
 
     // This host's kernel has no AppArmor (checked, not assumed).
@@ -333,25 +329,20 @@ fn security_admission_of_static_pods() {
     if apparmor_on {
         eprintln!("AppArmor is enabled here: the refusal is not tested");
     } else {
-        let p = k.wait_pod("sec-apparmor", "refused", Duration::from_secs(30), |p| {
-            rejected(p, "AppArmor")
-        });
-        assert_eq!(
-            p["status"]["message"],
-            "Pod was rejected: Cannot enforce AppArmor: AppArmor is not enabled on the host"
+        assert_refused(
+            &mut k,
+            "sec-apparmor",
+            "AppArmor",
+            "Pod was rejected: Cannot enforce AppArmor: AppArmor is not enabled on the host",
         );
     }
 
     // containerd 1.6 reports no supplemental-groups-policy feature.
-    let strict = k.wait_pod(
+    assert_refused(
+        &mut k,
         "sec-strict-groups",
-        "refused",
-        Duration::from_secs(30),
-        |p| rejected(p, "SupplementalGroupsPolicyNotSupported"),
-    );
-    assert_eq!(
-        strict["status"]["message"],
-        "Pod was rejected: SupplementalGroupsPolicy=Strict is not supported in this node"
+        "SupplementalGroupsPolicyNotSupported",
+        "Pod was rejected: SupplementalGroupsPolicy=Strict is not supported in this node",
     );
 
     // containerd 1.6 lists no runtime handlers: the sandbox is never created.
@@ -435,24 +426,22 @@ fn sysctls_and_seccomp_annotations_through_the_api() {
 
 async fn sysctls_through_the_api() {
     use k8s_openapi::api::core::v1::{Event, Pod};
-    use kube::api::{Api, DeleteParams, ListParams, PostParams};
+    use kube::api::{Api, ListParams};
     use serde_json::json;
 
     const NODE_NAME: &str = "sec-node";
-    let client = admin_client().await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let events: Api<Event> = Api::namespaced(client.clone(), "default");
-    let gone = DeleteParams::default().grace_period(0);
-    for name in [
+    const NAMES: &[&str] = &[
         "sec-api-safe",
         "sec-api-unsafe",
         "sec-api-allowed",
         "sec-api-annotated",
-    ] {
-        let _ = pods.delete(name, &gone).await;
-    }
+    ];
+    let client = admin_client().await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    delete_now(&pods, NAMES).await;
     let pod = |name: &str, sysctls: Value, annotations: Value, script: &str| -> Pod {
-        serde_json::from_value(json!({
+        api_pod(json!({
             "metadata": {"name": name, "annotations": annotations},
             "spec": {
                 "nodeName": NODE_NAME,
@@ -467,7 +456,6 @@ async fn sysctls_through_the_api() {
                 }],
             },
         }))
-        .unwrap()
     };
     let wait_phase = |name: &'static str, want: &'static str| {
         let pods = pods.clone();
@@ -480,44 +468,33 @@ async fn sysctls_through_the_api() {
         }
     };
 
-    let mut k = Kubelet::new("sec-api");
-    k.start_as_node(NODE_NAME, &[]);
-    let post = PostParams::default();
-    pods.create(
-        &post,
-        &pod(
+    let mut k = Kubelet::started_as_node("sec-api", NODE_NAME);
+    let annotation = json!({"seccomp.security.alpha.kubernetes.io/pod": "runtime/default"});
+    let created = [
+        (
             "sec-api-safe",
             json!([{"name": "kernel.shm_rmid_forced", "value": "1"}]),
             json!({}),
             "cat /proc/sys/kernel/shm_rmid_forced",
         ),
-    )
-    .await
-    .unwrap();
-    pods.create(
-        &post,
-        &pod(
+        (
             "sec-api-unsafe",
             json!([{"name": "kernel.msgmax", "value": "65536"}]),
             json!({}),
             "true",
         ),
-    )
-    .await
-    .unwrap();
-    // The v1.20 API server copies the old annotation into the field; the kubelet reads the
-    // field.
-    pods.create(
-        &post,
-        &pod(
+        // The v1.20 API server copies the old annotation into the field; the kubelet reads
+        // the field.
+        (
             "sec-api-annotated",
             json!([]),
-            json!({"seccomp.security.alpha.kubernetes.io/pod": "runtime/default"}),
+            annotation,
             "grep Seccomp: /proc/self/status",
         ),
-    )
-    .await
-    .unwrap();
+    ];
+    for (name, sysctls, annotations, script) in created {
+        create_pod(&pods, &pod(name, sysctls, annotations, script)).await;
+    }
 
     let safe = wait_phase("sec-api-safe", "Running").await;
     let out = tokio::task::block_in_place(|| log_until_done(&api_log(&k, &safe, "main")));
@@ -558,28 +535,17 @@ async fn sysctls_through_the_api() {
         k.stop();
         k.start_as_node(NODE_NAME, &["--allowed-unsafe-sysctls=kernel.msgmax"]);
     });
-    pods.create(
-        &post,
-        &pod(
-            "sec-api-allowed",
-            json!([{"name": "kernel.msgmax", "value": "65536"}]),
-            json!({}),
-            "cat /proc/sys/kernel/msgmax",
-        ),
-    )
-    .await
-    .unwrap();
+    let allowed = pod(
+        "sec-api-allowed",
+        json!([{"name": "kernel.msgmax", "value": "65536"}]),
+        json!({}),
+        "cat /proc/sys/kernel/msgmax",
+    );
+    create_pod(&pods, &allowed).await;
     let allowed = wait_phase("sec-api-allowed", "Running").await;
     let out = tokio::task::block_in_place(|| log_until_done(&api_log(&k, &allowed, "main")));
     assert!(out.lines().any(|l| l == "65536"), "{out}");
 
-    for name in [
-        "sec-api-safe",
-        "sec-api-unsafe",
-        "sec-api-allowed",
-        "sec-api-annotated",
-    ] {
-        let _ = pods.delete(name, &gone).await;
-    }
+    delete_now(&pods, NAMES).await;
     tokio::task::block_in_place(|| k.cleanup());
 }

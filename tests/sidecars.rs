@@ -23,13 +23,10 @@ const NOW: &str = "$(cut -d\" \" -f1 /proc/uptime)";
 
 fn manifest(name: &str, restart: &str, shared: &Path, sidecar: &str, app: &str) -> String {
     let shared = shared.display();
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-spec:
-  restartPolicy: {restart}
+    static_pod(
+        name,
+        &format!(
+            r#"  restartPolicy: {restart}
   terminationGracePeriodSeconds: 15
   volumes:
   - name: shared
@@ -61,6 +58,7 @@ spec:
     - name: shared
       mountPath: /shared
 "#
+        ),
     )
 }
 

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use common::*;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams};
 use otlp::SpanRecord;
 use serde_json::{Value, json};
 
@@ -123,7 +123,7 @@ async fn traced_pods() {
     );
     k.start_as_node(NODE_NAME, &[&config]);
 
-    let web: Pod = serde_json::from_value(json!({
+    let web: Pod = api_pod(json!({
         "metadata": {"name": WEB},
         "spec": {
             "nodeName": NODE_NAME,
@@ -142,9 +142,8 @@ async fn traced_pods() {
                 },
             }],
         },
-    }))
-    .unwrap();
-    let bad: Pod = serde_json::from_value(json!({
+    }));
+    let bad: Pod = api_pod(json!({
         "metadata": {"name": BAD},
         "spec": {
             "nodeName": NODE_NAME,
@@ -155,10 +154,9 @@ async fn traced_pods() {
                 "imagePullPolicy": "Never",
             }],
         },
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &web).await.unwrap();
-    pods.create(&PostParams::default(), &bad).await.unwrap();
+    }));
+    create_pod(&pods, &web).await;
+    create_pod(&pods, &bad).await;
     wait_async(Duration::from_secs(60), "the web pod Ready", || {
         let pods = pods.clone();
         async move {

@@ -33,29 +33,6 @@ fn last_tick(k: &Kubelet, pod_name: &str, uid: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-fn waiting_reason(p: &Pod) -> Option<String> {
-    p.status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .first()?
-        .state
-        .as_ref()?
-        .waiting
-        .as_ref()?
-        .reason
-        .clone()
-}
-
-fn is_running(p: &Pod) -> bool {
-    p.status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|c| c.first())
-        .and_then(|c| c.state.as_ref())
-        .is_some_and(|s| s.running.is_some())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn written_volumes_follow_their_sources() {
     let client = admin_client().await;
@@ -89,7 +66,7 @@ async fn written_volumes_follow_their_sources() {
         echo \"tick color=$(cat /cfg/color) proj=$(cat /proj/color) secret=$(cat /sec/token 2>/dev/null) \
         labels=$(cat /info/labels | tr '\\n' ,) name=$(cat /info/name) cpu=$(cat /info/cpu_millis) \
         ann=$(cat /proj/ann | tr '\\n' ,)\"; sleep 1; done";
-    let pod: Pod = serde_json::from_value(json!({
+    let pod: Pod = api_pod(json!({
         "metadata": {"name": POD, "labels": {"app": "v1"}, "annotations": {"note": "first"}},
         "spec": {
             "nodeName": NODE,
@@ -126,8 +103,7 @@ async fn written_volumes_follow_their_sources() {
                 ]}},
             ],
         },
-    }))
-    .unwrap();
+    }));
     let uid = create_pod(&pods, &pod).await;
 
     let first = wait_for(Duration::from_secs(90), "the first tick", || {
@@ -235,7 +211,7 @@ async fn written_volumes_follow_their_sources() {
         serde_json::from_value(json!({"name": "late", "configMap": {"name": LATE_CONFIG_MAP}}))
             .unwrap(),
     ]);
-    pods.create(&PostParams::default(), &waiting).await.unwrap();
+    create_pod(&pods, &waiting).await;
     let message = wait_async(Duration::from_secs(60), "a FailedMount event", || async {
         let list = events
             .list(&ListParams::default().fields(&format!(
@@ -270,7 +246,7 @@ async fn written_volumes_follow_their_sources() {
     wait_async(
         Duration::from_secs(60),
         "the waiting pod to run",
-        || async { is_running(&pods.get(WAITING_POD).await.ok()?).then_some(()) },
+        || async { first_running(&pods.get(WAITING_POD).await.ok()?).then_some(()) },
     )
     .await;
 

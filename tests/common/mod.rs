@@ -498,13 +498,10 @@ pub fn phase(pod: &Value) -> &str {
 
 /// A busybox pod manifest running `script` in one container.
 pub fn pod_yaml(name: &str, restart: &str, grace: u32, script: &str) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-spec:
-  restartPolicy: {restart}
+    static_pod(
+        name,
+        &format!(
+            r#"  restartPolicy: {restart}
   terminationGracePeriodSeconds: {grace}
   containers:
   - name: main
@@ -512,6 +509,7 @@ spec:
     imagePullPolicy: IfNotPresent
     command: ["sh", "-c", {script:?}]
 "#
+        ),
     )
 }
 
@@ -554,6 +552,13 @@ pub fn node_kubeconfig(node: &str, out: &Path) {
 }
 
 impl Kubelet {
+    /// A kubelet for `test`, started as `node` of the test control plane with no extra flags.
+    pub fn started_as_node(test: &str, node: &str) -> Self {
+        let mut k = Kubelet::new(test);
+        k.start_as_node(node, &[]);
+        k
+    }
+
     /// Starts the kubelet as `node` of the test control plane, with a node client certificate
     /// (no TLS bootstrap) and the node IP the API server reaches it on, plus `extra` flags.
     pub fn start_as_node(&mut self, node: &str, extra: &[&str]) {
@@ -703,4 +708,39 @@ pub fn bound_sleeper(name: &str, node: &str) -> Value {
 /// A pod manifest as the API type.
 pub fn api_pod(manifest: Value) -> k8s_openapi::api::core::v1::Pod {
     serde_json::from_value(manifest).expect("a valid pod manifest")
+}
+
+/// The status of an API pod's first container, once the kubelet reported one.
+pub fn first_status(
+    p: &k8s_openapi::api::core::v1::Pod,
+) -> Option<&k8s_openapi::api::core::v1::ContainerStatus> {
+    p.status.as_ref()?.container_statuses.as_ref()?.first()
+}
+
+pub fn first_state(
+    p: &k8s_openapi::api::core::v1::Pod,
+) -> Option<&k8s_openapi::api::core::v1::ContainerState> {
+    first_status(p)?.state.as_ref()
+}
+
+/// The container ID of an API pod's first container, while it runs.
+pub fn running_container_id(p: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
+    let status = first_status(p)?;
+    status.state.as_ref()?.running.as_ref()?;
+    status.container_id.clone()
+}
+
+/// Why an API pod's first container waits, if it does.
+pub fn waiting_reason(p: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
+    first_state(p)?.waiting.as_ref()?.reason.clone()
+}
+
+/// Whether an API pod's first container runs.
+pub fn first_running(p: &k8s_openapi::api::core::v1::Pod) -> bool {
+    first_state(p).is_some_and(|s| s.running.is_some())
+}
+
+/// A static pod manifest named `name`; `spec` is the spec's fields, indented by two spaces.
+pub fn static_pod(name: &str, spec: &str) -> String {
+    format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n{spec}")
 }
