@@ -18,8 +18,7 @@ const TMPFS: &str = "krs-emptydir-tmpfs";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_dir_size_limits() {
-    let client = admin_client().await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let (client, pods) = default_pods(&[]).await;
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
     let gone = DeleteParams::default().grace_period(0);
     for name in [HOG, TMPFS] {

@@ -27,8 +27,7 @@ fn terminated_message(p: &Pod) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn env_comes_from_config_maps_and_secrets() {
-    let client = admin_client().await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let (client, pods) = default_pods(&[]).await;
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
     let gone = DeleteParams::default().grace_period(0);

@@ -125,13 +125,11 @@ async fn failures(
 
 #[test]
 fn memory_pressure_evicts_best_effort_then_burstable_and_clears() {
-    let _guard = serial();
-    multi_thread_runtime().block_on(memory_pressure());
+    run_serial(memory_pressure());
 }
 
 async fn memory_pressure() {
-    let client = admin_client().await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let (client, pods) = default_pods(&[]).await;
     let nodes: Api<Node> = Api::all(client.clone());
     let names = [
         "krs-evict-be",
@@ -323,8 +321,7 @@ async fn memory_pressure() {
 /// above its request), then the Burstable one; then enough is free again.
 #[test]
 fn disk_pressure_evicts_by_usage_above_requests_and_clears() {
-    let _guard = serial();
-    multi_thread_runtime().block_on(disk_pressure());
+    run_serial(disk_pressure());
 }
 
 fn writer(name: &str, go_dir: &str, write_mib: u64, resources: serde_json::Value) -> Pod {
@@ -358,8 +355,7 @@ fn writer(name: &str, go_dir: &str, write_mib: u64, resources: serde_json::Value
 const DISK_NODE: &str = "krs-evict-disk-node";
 
 async fn disk_pressure() {
-    let client = admin_client().await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let (client, pods) = default_pods(&[]).await;
     let nodes: Api<Node> = Api::all(client.clone());
     let names = ["krs-disk-be", "krs-disk-bu", "krs-disk-g"];
     let now = DeleteParams::default().grace_period(0);

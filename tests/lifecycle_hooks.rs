@@ -46,8 +46,7 @@ async fn running(pods: &Api<Pod>, name: &str) -> Pod {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn post_start_and_pre_stop_hooks() {
-    let client = admin_client().await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let (client, pods) = default_pods(&[]).await;
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
     let gone = DeleteParams::default().grace_period(0);
     for p in [HANDLER, HOOKED, BAD] {

@@ -27,8 +27,7 @@ async fn without_mirror(
     static_name: &str,
     node: &str,
 ) -> (kube::Client, Api<Pod>, Api<Node>, String) {
-    let client = admin_client().await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let (client, pods) = default_pods(&[]).await;
     let nodes: Api<Node> = Api::all(client.clone());
     let name = format!("{static_name}-{node}");
     let _ = pods

@@ -128,13 +128,11 @@ async fn time_to_stop(pods: &Api<Pod>, name: &str, grace: Option<u32>) -> Durati
 
 #[test]
 fn api_pod_fields() {
-    let _serial = serial();
-    multi_thread_runtime().block_on(api_pod_fields_async());
+    run_serial(api_pod_fields_async());
 }
 
 async fn api_pod_fields_async() {
-    let client = admin_client().await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let (client, pods) = default_pods(&[]).await;
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
     let gone = DeleteParams::default().grace_period(0);
     for p in API_PODS {

@@ -46,8 +46,7 @@ async fn event_messages(events: &Api<Event>, pod: &str, reason: &str) -> Vec<Str
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probes_restart_and_gate_readiness() {
-    let client = admin_client().await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let (client, pods) = default_pods(&[]).await;
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
     let gone = DeleteParams::default().grace_period(0);
     for p in [LIVENESS_POD, READINESS_POD] {

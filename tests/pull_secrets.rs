@@ -112,8 +112,7 @@ impl Drop for HostsEntry {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn image_pull_secret_credentials_reach_the_registry() {
-    let client = admin_client().await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let (client, pods) = default_pods(&[]).await;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
     let _ = pods
         .delete(POD, &DeleteParams::default().grace_period(0))

@@ -132,13 +132,11 @@ fn pod_cgroup_file(root: &str, uid: &str, v1: (&str, &str), v2: &str) -> String 
 
 #[test]
 fn runtime_class_handler_overhead_and_missing_class() {
-    let _serial = serial();
-    multi_thread_runtime().block_on(runtime_class_handler_overhead_and_missing_class_async());
+    run_serial(runtime_class_handler_overhead_and_missing_class_async());
 }
 
 async fn runtime_class_handler_overhead_and_missing_class_async() {
-    let client = admin_client().await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let (client, pods) = default_pods(&[]).await;
     let gone = DeleteParams::default().grace_period(0);
     for p in ["rtc-handler", "rtc-missing", "rtc-bad"] {
         let _ = pods.delete(p, &gone).await;

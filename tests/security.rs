@@ -420,8 +420,7 @@ fn api_log(k: &Kubelet, pod: &k8s_openapi::api::core::v1::Pod, container: &str) 
 
 #[test]
 fn sysctls_and_seccomp_annotations_through_the_api() {
-    let _guard = serial();
-    multi_thread_runtime().block_on(sysctls_through_the_api());
+    run_serial(sysctls_through_the_api());
 }
 
 async fn sysctls_through_the_api() {
@@ -436,8 +435,7 @@ async fn sysctls_through_the_api() {
         "sec-api-allowed",
         "sec-api-annotated",
     ];
-    let client = admin_client().await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let (client, pods) = default_pods(&[]).await;
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
     delete_now(&pods, NAMES).await;
     let pod = |name: &str, sysctls: Value, annotations: Value, script: &str| -> Pod {

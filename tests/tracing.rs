@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use common::*;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams};
+use kube::api::DeleteParams;
 use otlp::SpanRecord;
 use serde_json::{Value, json};
 
@@ -104,13 +104,11 @@ fn pod_of(s: &SpanRecord) -> Option<&str> {
 
 #[test]
 fn pod_syncs_are_exported_as_traces() {
-    let _guard = serial();
-    multi_thread_runtime().block_on(traced_pods());
+    run_serial(traced_pods());
 }
 
 async fn traced_pods() {
-    let client = admin_client().await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let (_, pods) = default_pods(&[]).await;
     let now = DeleteParams::default().grace_period(0);
     for p in [WEB, BAD] {
         let _ = pods.delete(p, &now).await;

@@ -35,8 +35,7 @@ fn last_tick(k: &Kubelet, pod_name: &str, uid: &str) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn written_volumes_follow_their_sources() {
-    let client = admin_client().await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let (client, pods) = default_pods(&[]).await;
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
     let events: Api<Event> = Api::namespaced(client.clone(), "default");

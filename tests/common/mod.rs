@@ -627,6 +627,12 @@ pub fn multi_thread_runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// Runs an async test body alone (`serial()`) on a runtime of its own.
+pub fn run_serial(body: impl std::future::Future<Output = ()>) {
+    let _guard = serial();
+    multi_thread_runtime().block_on(body);
+}
+
 pub async fn wait_async<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
 where
     F: FnMut() -> Fut,
