@@ -6,6 +6,7 @@
 //! use replaces the configured value), so every flag is one entry of a table that carries its
 //! name, help and setter, and the tokenizer follows pflag's rules directly.
 
+mod shown;
 mod table;
 mod tokenize;
 mod usage;

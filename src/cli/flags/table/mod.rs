@@ -6,7 +6,7 @@ mod node;
 mod resources;
 mod serving;
 
-use super::usage::{Shown, thresholds_shown};
+use super::shown::{Shown, thresholds_shown};
 use super::values::{
     assign, bool_map, boolean, duration, header_map, int32, int64, ip, label_pairs, level,
     node_ips, optional_path, optional_text, path, quantity_text, reserved_memory, string_map,
