@@ -193,8 +193,9 @@ struct AckedPod {
     containers: resize::Acknowledged,
 }
 
-/// How long a failed sandbox or CRI step waits before the worker tries again.
-const RETRY_AFTER_ERROR: Duration = Duration::from_secs(5);
+/// How long a failed sandbox or CRI step, or a failed sync as a whole, waits before the worker
+/// tries again.
+pub const RETRY_AFTER_ERROR: Duration = Duration::from_secs(5);
 
 /// Upstream never stops a container with less than this, so SIGTERM always comes first.
 pub const MIN_GRACE_SECONDS: i64 = 2;

@@ -54,7 +54,6 @@ pub struct WorkerContext {
     pub done: mpsc::Sender<String>,
 }
 
-const RETRY_AFTER_ERROR: Duration = Duration::from_secs(5);
 /// How long a finished pod's volumes may take to be given back before the worker goes on.
 pub(super) const RELEASE_WAIT: Duration = Duration::from_secs(10);
 
@@ -250,7 +249,7 @@ async fn run(uid: String, inputs: Inputs, ctx: Arc<WorkerContext>, cancel: Cance
                     Ok(outcome) => outcome.requeue_after.unwrap_or(ctx.resync).min(ctx.resync),
                     Err(err) => {
                         warn!(%err, "Error syncing pod, skipping");
-                        RETRY_AFTER_ERROR
+                        crate::runtime::RETRY_AFTER_ERROR
                     }
                 }
             }
@@ -264,7 +263,7 @@ async fn run(uid: String, inputs: Inputs, ctx: Arc<WorkerContext>, cancel: Cance
                     }
                     Err(err) => {
                         warn!(%err, "Error terminating pod, will retry");
-                        RETRY_AFTER_ERROR
+                        crate::runtime::RETRY_AFTER_ERROR
                     }
                 }
             }
