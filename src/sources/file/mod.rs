@@ -32,8 +32,8 @@ const SLOW_SCAN: Duration = Duration::from_secs(5);
 /// and writes the control plane's manifests, then waits for the API server.
 const MISSING_PATH_RETRY: Duration = Duration::from_secs(1);
 
-/// The static-pod file source. Create it, keep [`FileSource::errors`] if you want to report
-/// bad manifests, then [`FileSource::run`] it.
+/// The static-pod file source. Create it, then [`FileSource::run`] it; a bad manifest is
+/// logged with its file and field, and its last error kept per file by the scanner.
 pub struct FileSource {
     path: PathBuf,
     node_name: String,
