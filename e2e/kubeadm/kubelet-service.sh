@@ -27,8 +27,9 @@
 #   - Restart=always with RestartSec=$KRS_KUBEADM_RESTART_SEC (default 10, the unit's); a start
 #     or restart request during RestartSec starts the kubelet at once;
 #   - stop: SIGTERM, then SIGKILL after 30 s (systemd's TimeoutStopSec is 90 s).
-# Control (what e2e/kubeadm/systemctl sends): SIGUSR2 start, SIGHUP restart, SIGUSR1 stop; SIGTERM
-# stops the kubelet and ends the loop. The state, "active PID" or "inactive", is in
+# Control: e2e/kubeadm/systemctl writes start, restart or stop into /run/krs-kubelet-service/request,
+# which the loop polls five times a second (signals were lost when they came right after a stop);
+# SIGTERM stops the kubelet and ends the loop. The state, "active PID" or "inactive", is in
 # /run/krs-kubelet-service/state (the node's private /run). KUBELET is the binary (ours or
 # upstream's; on a real node /usr/bin/kubelet). Each start is logged in LOG with its command line,
 # followed by the kubelet's output.
@@ -45,7 +46,7 @@ RUN_DIR=/run/krs-kubelet-service
 KUBELET_PID=""
 WANT=1
 EXITING=0
-# Set by a signal: the loop looks at it after any wait.
+# Set by a request: pause looks at it.
 WOKEN=0
 
 slog() { printf '[kubelet.service %(%H:%M:%S)T] %s\n' -1 "$*" >>"$LOG"; }
@@ -129,13 +130,31 @@ on_exit() {
 	exit 0
 }
 
-# pause SECONDS: sleeps, but a control signal ends it at once.
+# take_request: does what systemctl asked, if it asked anything; true if it did.
+take_request() {
+	local verb
+	verb="$(cat "$RUN_DIR/request" 2>/dev/null)" || return 1
+	rm -f "$RUN_DIR/request"
+	case "$verb" in
+	start) on_start ;;
+	restart) on_restart ;;
+	stop) on_stop ;;
+	*) slog "unknown request: $verb" ;;
+	esac
+}
+
+# nap: 0.2 s, cut short by SIGTERM.
+nap() {
+	sleep 0.2 &
+	wait $! 2>/dev/null || true
+}
+
+# pause SECONDS: sleeps, but a request ends it at once.
 pause() {
 	WOKEN=0
 	local deadline=$((SECONDS + $1))
 	while ((!WOKEN && SECONDS < deadline)); do
-		sleep 0.2 &
-		wait $! 2>/dev/null || true
+		take_request || nap
 	done
 }
 
@@ -143,9 +162,6 @@ main() {
 	mkdir -p "$RUN_DIR"
 	echo $$ >"$RUN_DIR/pid"
 	set_state inactive
-	trap on_start USR2
-	trap on_restart HUP
-	trap on_stop USR1
 	trap on_exit TERM INT
 	slog "kubelet.service enabled: starting (Restart=always, RestartSec=${RESTART_SEC}s)"
 	local rc pid
@@ -156,12 +172,16 @@ main() {
 		fi
 		[[ -n "$KUBELET_PID" ]] || start_kubelet
 		pid="$KUBELET_PID"
-		rc=0
-		wait "$pid" 2>/dev/null || rc=$?
-		# A control signal interrupts wait: the kubelet may still run (or was just replaced).
+		# Until the kubelet exits, or a request stopped or replaced it.
+		while kill -0 "$pid" 2>/dev/null && ((!EXITING)); do
+			take_request && break
+			nap
+		done
 		if kill -0 "$pid" 2>/dev/null; then
 			continue
 		fi
+		rc=0
+		wait "$pid" 2>/dev/null || rc=$?
 		[[ "$KUBELET_PID" == "$pid" ]] || continue
 		slog "the kubelet exited with status $rc; restarting in ${RESTART_SEC}s (Restart=always)"
 		KUBELET_PID=""
