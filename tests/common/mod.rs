@@ -65,11 +65,29 @@ pub fn serial() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A port free now, taken below the kernel's ephemeral range: a port the kernel handed out
+/// was once taken by an outgoing connection before the kubelet could bind it ("Address already
+/// in use" at start, in CI).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let ephemeral_low: u32 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768);
+    const LOW: u32 = 12000;
+    let span = ephemeral_low.saturating_sub(LOW).max(1);
+    // Spread over the range by process, so test binaries run one after another differ.
+    let start = std::process::id().wrapping_mul(7919);
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let Ok(port) = u16::try_from(LOW + start.wrapping_add(n) % span) else {
+            continue;
+        };
+        if std::net::TcpListener::bind(("0.0.0.0", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port below {ephemeral_low}")
 }
 
 /// A kubelet process with its own folders; killed when dropped.
