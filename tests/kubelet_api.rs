@@ -108,12 +108,7 @@ fn kubelet_get(port: u16, path: &str) -> (u16, f64) {
 }
 
 fn restarts(p: &Pod) -> i32 {
-    p.status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|c| c.first())
-        .map(|c| c.restart_count)
-        .unwrap_or(0)
+    first_status(p).map_or(0, |c| c.restart_count)
 }
 
 fn running(p: &Pod) -> bool {

@@ -162,8 +162,7 @@ async fn post_start_and_pre_stop_hooks() {
         "the container to be restarted",
         || async {
             let p = pods.get(BAD).await.ok()?;
-            let c = p.status?.container_statuses?.first()?.clone();
-            (c.restart_count >= 1).then_some(())
+            (first_status(&p)?.restart_count >= 1).then_some(())
         },
     )
     .await;

@@ -18,12 +18,7 @@ const LIVENESS_POD: &str = "krs-probe-liveness";
 const READINESS_POD: &str = "krs-probe-readiness";
 
 fn first_container(p: &Pod) -> Option<k8s_openapi::api::core::v1::ContainerStatus> {
-    p.status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .first()
-        .cloned()
+    first_status(p).cloned()
 }
 
 fn ready_condition(p: &Pod) -> Option<String> {

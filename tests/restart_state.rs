@@ -129,11 +129,7 @@ async fn a_pod_selecting_an_added_node_label_survives_a_crash() {
     // rejected, with upstream's kubelet too.
     tokio::time::sleep(Duration::from_secs(2)).await;
     create_pod(&pods, &pod).await;
-    let container_id = |p: &Pod| {
-        p.status.as_ref()?.container_statuses.as_ref()?[0]
-            .container_id
-            .clone()
-    };
+    let container_id = |p: &Pod| first_status(p)?.container_id.clone();
     let before = wait_async(Duration::from_secs(60), "the pod running", || async {
         let p = pods.get(LABEL_POD).await.ok()?;
         (p.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(())?;
