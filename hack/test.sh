@@ -19,7 +19,11 @@
 #      KRS_E2E_QUICK=0 leaves it out;
 #   5. kubeadm v1.20.2 init/reset on that kubelet (e2e/kubeadm/run.sh --kubelet ours: a node in
 #      namespaces of its own; about a minute). KRS_E2E_KUBEADM=0 leaves it out;
-#   6. the three install paths built and checked with that same (debug) kubelet inside (about 6
+#   6. the cgroup v2 smoke (e2e/vm/run.sh smoke): a Debian VM under qemu with systemd on cgroup v2
+#      only, our .deb (of that same debug kubelet) installed, a static pod's cgroup v2 files, an
+#      OOM kill, stats and healthz checked (about 4 minutes under TCG, the image build included).
+#      KRS_VM_SMOKE=0 leaves it out;
+#   7. the three install paths built and checked with that same (debug) kubelet inside (about 6
 #      minutes; KRS_PACKAGING=0 leaves them out): the Debian package (packaging/deb/check.sh),
 #      the Helm chart and its installer (charts/kubelet-rs/test/run.sh) and the kind node image
 #      (images/node/build.sh, then images/node/check.sh).
@@ -214,6 +218,10 @@ main() {
 	if [[ "$status" == 0 && "${KRS_E2E_KUBEADM:-1}" != 0 ]]; then
 		KRS_KUBEADM_KUBELET="$kubelet" stage "kubeadm init on our kubelet (e2e/kubeadm/run.sh)" \
 			"$REPO_ROOT/e2e/kubeadm/run.sh" --kubelet ours || status=$?
+	fi
+	if [[ "$status" == 0 && "${KRS_VM_SMOKE:-1}" != 0 ]]; then
+		KRS_DEB_KUBELET="$kubelet" stage "cgroup v2 smoke in a VM (e2e/vm/run.sh smoke)" \
+			"$REPO_ROOT/e2e/vm/run.sh" smoke || status=$?
 	fi
 	# The three install paths, each built around the debug kubelet by its own command and checked
 	# by its own check (see their READMEs).

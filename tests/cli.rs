@@ -150,3 +150,39 @@ fn unreachable_runtime_exits_non_zero_naming_it() {
     assert_ne!(code, 0, "{out}");
     assert!(out.contains("/nonexistent/krs.sock"), "{out}");
 }
+
+/// failCgroupV1 (`--fail-cgroupv1`) refuses a cgroup v1 host with upstream's words, before the
+/// runtime is even dialled; on a cgroup v2 host (the VM bed) the same run gets past it and
+/// fails on the missing runtime instead.
+#[test]
+fn fail_cgroup_v1_refuses_a_cgroup_v1_host_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, out) = kubelet(&[
+        "--fail-cgroupv1=true",
+        "--container-runtime-endpoint=unix:///nonexistent/krs.sock",
+        &format!("--root-dir={}", dir.path().display()),
+        "--runtime-request-timeout=2s",
+    ]);
+    assert_ne!(code, 0, "{out}");
+    let refusal = "kubelet is configured to not run on a host using cgroup v1. cgroup v1 support is in maintenance mode";
+    let unified = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.contains(" /sys/fs/cgroup ") && l.contains(" - cgroup2 "));
+    assert_eq!(out.contains(refusal), !unified, "{out}");
+    assert_eq!(out.contains("krs.sock"), unified, "{out}");
+
+    // Without it, a v1 host gets upstream's warning and the run goes on to the runtime.
+    let (code, out) = kubelet(&[
+        "--container-runtime-endpoint=unix:///nonexistent/krs.sock",
+        &format!("--root-dir={}", dir.path().display()),
+        "--runtime-request-timeout=2s",
+    ]);
+    assert_ne!(code, 0, "{out}");
+    let warning = out.lines().find(|l| {
+        l.contains("cgroup v1 support is in maintenance mode, please migrate to cgroup v2")
+    });
+    assert_eq!(warning.is_some(), !unified, "{out}");
+    assert!(warning.is_none_or(|w| w.starts_with('W')), "{out}");
+    assert!(out.contains("krs.sock"), "{out}");
+}

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Usage: hack/testbed/images.sh [INSTANCE]
+#        hack/testbed/images.sh --list FILE
 #
 # Builds the test images (pause, busybox) as OCI tarballs without docker or a registry and
 # imports them into the running containerd of INSTANCE (default "krs"), namespace k8s.io.
+# With --list, imports nothing and writes FILE instead: one line per tarball, "TAR NAME..."
+# (e2e/vm/run.sh imports them into its VMs).
 # Tarballs are cached in /var/cache/kubelet-rs/images/, keyed by their inputs; an image whose
 # names all point at the expected digest already is not imported again.
 set -euo pipefail
@@ -31,7 +34,7 @@ BUSYBOX_NAMES=(
 	registry.k8s.io/e2e-test-images/busybox:1.37.0-1
 )
 
-usage() { echo "usage: $0 [INSTANCE]" >&2; }
+usage() { echo "usage: $0 [INSTANCE] | --list FILE" >&2; }
 
 # Root folder of the pause image: the static binary alone.
 stage_pause() {
@@ -39,15 +42,35 @@ stage_pause() {
 	install -m 0755 "$bin" "$stage/pause"
 }
 
+# deliver TAR NAMES...: imports TAR, or with --list records it.
+deliver() {
+	if [[ -n "$LIST_FILE" ]]; then
+		printf '%s\n' "$*" >>"$LIST_FILE"
+	else
+		import_image "$@"
+	fi
+}
+
+LIST_FILE=""
+
 main() {
-	if [[ $# -gt 1 ]]; then
+	if [[ "${1:-}" == --list ]]; then
+		[[ $# -eq 2 ]] || {
+			usage
+			exit 2
+		}
+		LIST_FILE="$2"
+		: >"$LIST_FILE"
+	elif [[ $# -gt 1 ]]; then
 		usage
 		exit 2
 	fi
 	krs_require_root
-	krs_instance_vars "${1:-$KRS_DEFAULT_INSTANCE}"
-	krs_running_pid "$KRS_I_PIDFILE" "$KRS_I_CONFIG" >/dev/null ||
-		krs_die "containerd $KRS_I_NAME is not running: hack/testbed/containerd.sh start $KRS_I_NAME"
+	if [[ -z "$LIST_FILE" ]]; then
+		krs_instance_vars "${1:-$KRS_DEFAULT_INSTANCE}"
+		krs_running_pid "$KRS_I_PIDFILE" "$KRS_I_CONFIG" >/dev/null ||
+			krs_die "containerd $KRS_I_NAME is not running: hack/testbed/containerd.sh start $KRS_I_NAME"
+	fi
 	[[ -x /bin/busybox ]] || krs_die "/bin/busybox missing: run hack/testbed/install.sh"
 
 	local recipe pause_bin key tar args=()
@@ -59,12 +82,12 @@ main() {
 	mapfile -t args < <(name_args "${PAUSE_NAMES[@]}")
 	tar="$(build_cached pause "$key" stage_pause "$pause_bin" \
 		--entrypoint '["/pause"]' "${args[@]}")"
-	import_image "$tar" "${PAUSE_NAMES[@]}"
+	deliver "$tar" "${PAUSE_NAMES[@]}"
 
 	key="$(printf '%s %s\n' "$recipe" "$(sha256_of /bin/busybox)" | sha256sum | cut -d' ' -f1)"
 	mapfile -t args < <(name_args "${BUSYBOX_NAMES[@]}")
 	tar="$(build_cached busybox "$key" stage_busybox "" --cmd '["sh"]' "${args[@]}")"
-	import_image "$tar" "${BUSYBOX_NAMES[@]}"
+	deliver "$tar" "${BUSYBOX_NAMES[@]}"
 }
 
 main "$@"

@@ -44,6 +44,11 @@ pub enum KubeletError {
     /// The container log rotation settings are unusable.
     #[error("failed to initialize container log manager")]
     LogRotation(#[from] logrotate::PolicyError),
+    /// failCgroupV1 is set and the host mounts cgroup v1.
+    #[error(
+        "kubelet is configured to not run on a host using cgroup v1. cgroup v1 support is in maintenance mode"
+    )]
+    CgroupV1Refused,
     /// A setting this version cannot honour.
     #[error("{0} is not supported by this version of kubelet-rs")]
     Unsupported(String),

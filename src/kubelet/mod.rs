@@ -22,7 +22,7 @@ use tracing::info;
 use crate::cm::CgroupManager;
 use crate::config::Settings;
 use crate::cri::RuntimeClient;
-use crate::events::EventRecorder;
+use crate::events::{EventRecorder, EventType};
 use crate::host::Host;
 use crate::server::{Listeners, ServerState};
 use crate::status::StatusStore;
@@ -49,6 +49,11 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
     // Small procfs reads and one statvfs, once, before anything runs.
     let host = Host::detect(&settings.flags.node_ip, &settings.flags.root_dir);
     preflight::check_supported(&settings, &host)?;
+    let cgroup_version = cm::layout::Layout::detect(std::path::Path::new("/")).ok();
+    let on_cgroup_v1 = preflight::check_cgroup_version(
+        settings.config.fail_cgroup_v1,
+        cgroup_version.map(|l| l.version()),
+    )?;
     let node_name = settings.node_name();
     let (cfg, root_dir) = (&settings.config, &settings.flags.root_dir);
     let version = crate::config::KUBELET_VERSION;
@@ -73,6 +78,10 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
     let (listeners, server_settings) = Listeners::bind(&settings, &host, api.as_ref()).await?;
     let pod_resources = podresources::bind(root_dir)?;
     let events = events::spawn(api.as_ref(), (&settings).into(), &mut tasks, &cancel);
+    if on_cgroup_v1 {
+        let warning = preflight::CGROUP_V1_WARNING;
+        events.node(&node_name, None, EventType::Warning, "CgroupV1", warning);
+    }
 
     // Pod sources → PodConfig → sync loop ◄── PLEG; the status syncer follows the static pods
     // and the API server's mirror pods.

@@ -29,6 +29,28 @@ pub fn check_supported(settings: &Settings, host: &Host) -> Result<(), KubeletEr
     Ok(())
 }
 
+/// Upstream's words for cgroup v1 hosts since v1.31, in the log and in the node's event.
+pub const CGROUP_V1_WARNING: &str =
+    "cgroup v1 support is in maintenance mode, please migrate to cgroup v2";
+
+/// Upstream keeps cgroup v1 in maintenance mode: on a v1 host the kubelet warns, or with
+/// failCgroupV1 refuses to start. Returns whether the host is on v1 (the caller then records
+/// the node's CgroupV1 event once it can).
+pub fn check_cgroup_version(
+    fail_cgroup_v1: bool,
+    version: Option<crate::cm::layout::CgroupVersion>,
+) -> Result<bool, KubeletError> {
+    // No cgroup mount at all is the cgroup manager's error to report, with its path.
+    if version != Some(crate::cm::layout::CgroupVersion::V1) {
+        return Ok(false);
+    }
+    if fail_cgroup_v1 {
+        return Err(KubeletError::CgroupV1Refused);
+    }
+    warn!("{CGROUP_V1_WARNING}");
+    Ok(true)
+}
+
 /// The cgroup driver to use: the runtime's own when it says (the CRI RuntimeConfig call, as
 /// upstream does since 1.28), else the configured one, which must then match the runtime's.
 pub async fn cgroup_driver(
@@ -117,4 +139,24 @@ pub async fn connect_runtime(
             version: version.runtime_version,
         },
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cm::layout::CgroupVersion;
+
+    #[test]
+    fn cgroup_v1_warns_or_refuses_as_fail_cgroup_v1_says() {
+        assert!(check_cgroup_version(false, Some(CgroupVersion::V1)).unwrap());
+        let err = check_cgroup_version(true, Some(CgroupVersion::V1)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "kubelet is configured to not run on a host using cgroup v1. cgroup v1 support is in maintenance mode"
+        );
+        for fail in [false, true] {
+            assert!(!check_cgroup_version(fail, Some(CgroupVersion::V2)).unwrap());
+            assert!(!check_cgroup_version(fail, None).unwrap());
+        }
+    }
 }
