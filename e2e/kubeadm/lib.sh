@@ -47,3 +47,18 @@ ka_die() {
 	printf '[kubeadm-e2e %(%H:%M:%S)T] error: %s\n' -1 "$*" >&2
 	exit 1
 }
+
+# crictl.py's runtime.v1 modules, generated once from proto/runtime/v1/api.proto: sets PY (the
+# grpcio venv's python) and STUBS (their folder). e2e/vm/kubeadm.sh uses them too.
+crictl_stubs() {
+	local proto="$KA_REPO/proto/runtime/v1/api.proto" key
+	PY="$("$KA_REPO/hack/testbed/grpcio-venv.sh")"
+	key="$(cat "$proto" | sha256sum | cut -c1-16)"
+	STUBS="${KRS_CACHE_DIR:-/var/cache/kubelet-rs}/kubeadm/crictl-stubs-$key"
+	[[ -s "$STUBS/api_pb2_grpc.py" ]] && return 0
+	mkdir -p "$STUBS.tmp"
+	"$PY" -m grpc_tools.protoc -I "$(dirname "$proto")" --python_out="$STUBS.tmp" \
+		--grpc_python_out="$STUBS.tmp" "$proto"
+	rm -rf "$STUBS"
+	mv "$STUBS.tmp" "$STUBS"
+}

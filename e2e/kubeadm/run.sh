@@ -160,20 +160,6 @@ this_checkouts_kubelet() {
 	return 1
 }
 
-# crictl.py's runtime.v1 modules, generated once from proto/runtime/v1/api.proto.
-crictl_stubs() {
-	local proto="$KA_REPO/proto/runtime/v1/api.proto" key
-	PY="$("$KA_REPO/hack/testbed/grpcio-venv.sh")"
-	key="$(cat "$proto" | sha256sum | cut -c1-16)"
-	STUBS="${KRS_CACHE_DIR:-/var/cache/kubelet-rs}/kubeadm/crictl-stubs-$key"
-	[[ -s "$STUBS/api_pb2_grpc.py" ]] && return 0
-	mkdir -p "$STUBS.tmp"
-	"$PY" -m grpc_tools.protoc -I "$(dirname "$proto")" --python_out="$STUBS.tmp" \
-		--grpc_python_out="$STUBS.tmp" "$proto"
-	rm -rf "$STUBS"
-	mv "$STUBS.tmp" "$STUBS"
-}
-
 # --- the node ------------------------------------------------------------------------------------
 
 net_up() {

@@ -26,6 +26,8 @@ PACKAGES=(
 	iptables conntrack ethtool socat
 	# for the bed's own checks inside the VMs
 	curl jq
+	# e2e/kubeadm's crictl stand-in (e2e/vm/kubeadm.sh)
+	python3
 )
 # Registries pods may name; each is pinned to a closed port in the VMs' containerd.
 REGISTRIES=(docker.io registry-1.docker.io registry.k8s.io k8s.gcr.io gcr.io quay.io ghcr.io
@@ -89,6 +91,7 @@ main() {
 	fi
 	command -v mmdebstrap >/dev/null && command -v mke2fs >/dev/null || {
 		vm_log "installing mmdebstrap"
+		apt-get update -qq
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 			mmdebstrap e2fsprogs >/dev/null
 	}

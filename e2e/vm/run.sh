@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Usage: e2e/vm/run.sh up [--nodes N] [--suite bookworm|trixie] [--memory MIB]
 #        e2e/vm/run.sh exec NODE -- CMD...
+#        e2e/vm/run.sh kubeadm [--check]
 #        e2e/vm/run.sh smoke
 #        e2e/vm/run.sh status
 #        e2e/vm/run.sh down
@@ -15,6 +16,9 @@
 #           (packaging/deb/build.sh, or $KRS_VM_DEB) with dpkg and imports the test bed's images
 #           (pause, busybox: hack/testbed/images.sh --list). Default memory 2048 MiB per VM.
 #   exec    runs CMD as root in NODE (vm1..) over ssh and exits with its status
+#   kubeadm kubeadm v1.20.2 init on vm1 and join on the others, our kubelet on each
+#           (e2e/vm/kubeadm.sh); --check then judges the cluster: a Deployment over the nodes,
+#           pod-to-pod traffic across VMs, logs/exec/port-forward on vm2, kubeadm reset on vm2
 #   smoke   the CI smoke (e2e/vm/smoke.sh): on vm1, the kubelet of the .deb runs a static pod with
 #           limits on the systemd driver; checks its cgroup v2 files and the kubelet's healthz
 #   status  the VMs that run and their addresses
@@ -35,7 +39,7 @@ BOOT_TIMEOUT="${KRS_VM_BOOT_TIMEOUT:-300}"
 KVM_PROBE_TIMEOUT=10
 
 usage() {
-	sed -n '2,7p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
 }
 
 # probe_accel IMAGE_DIR: prints kvm when a kernel boots to its end under KVM in time, else tcg.
@@ -68,11 +72,14 @@ probe_accel() {
 	echo tcg
 }
 
-ensure_qemu() {
-	command -v qemu-system-x86_64 >/dev/null && command -v qemu-img >/dev/null && return 0
-	vm_log "installing qemu-system-x86 and qemu-utils"
+# What the bed runs on the machine: qemu, qemu-img, ssh/scp (the image build installs mmdebstrap).
+ensure_tools() {
+	command -v qemu-system-x86_64 >/dev/null && command -v qemu-img >/dev/null &&
+		command -v ssh >/dev/null && return 0
+	vm_log "installing qemu-system-x86, qemu-utils and openssh-client"
+	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-		qemu-system-x86 qemu-utils >/dev/null
+		qemu-system-x86 qemu-utils openssh-client >/dev/null
 }
 
 make_network() {
@@ -206,7 +213,7 @@ cmd_up() {
 	if [[ -e "$VM_RUN/nodes" ]] || ip netns list | grep -qw "$VM_NETNS"; then
 		vm_die "a VM bed is up already (e2e/vm/run.sh status); e2e/vm/run.sh down first"
 	fi
-	ensure_qemu
+	ensure_tools
 	trap 'status=$?; if ((status != 0)); then vm_log "up failed: taking the bed down"; cmd_down; fi' EXIT
 	local dir accel deb list i
 	dir="$("$HERE/rootfs.sh" "$suite")"
@@ -284,6 +291,7 @@ main() {
 	case "$cmd" in
 	up) cmd_up "$@" ;;
 	exec) cmd_exec "$@" ;;
+	kubeadm) exec "$HERE/kubeadm.sh" "$@" ;;
 	smoke) vm_require_root; exec "$HERE/smoke.sh" "$@" ;;
 	status) cmd_status ;;
 	down) vm_require_root; cmd_down ;;
