@@ -1,5 +1,7 @@
 //! Configuration errors end the process with a message that names the culprit.
 
+mod common;
+
 use std::process::Command;
 
 fn kubelet(args: &[&str]) -> (i32, String) {
@@ -165,10 +167,7 @@ fn fail_cgroup_v1_refuses_a_cgroup_v1_host_only() {
     ]);
     assert_ne!(code, 0, "{out}");
     let refusal = "kubelet is configured to not run on a host using cgroup v1. cgroup v1 support is in maintenance mode";
-    let unified = std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .any(|l| l.contains(" /sys/fs/cgroup ") && l.contains(" - cgroup2 "));
+    let unified = common::cgroup_v2_host();
     assert_eq!(out.contains(refusal), !unified, "{out}");
     assert_eq!(out.contains("krs.sock"), unified, "{out}");
 

@@ -82,22 +82,35 @@ async fn node_joins_runs_a_deployment_and_rejects_what_does_not_fit() {
         "{info:?}"
     );
 
-    // The kubelet announced itself and the node's conditions as events.
+    // The kubelet announced itself and the node's conditions as events, and on a cgroup v1 host
+    // upstream's maintenance-mode warning.
     let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
     let on_node = ListParams::default().fields(&format!("involvedObject.name={CLUSTER_NODE}"));
-    wait_async(
-        Duration::from_secs(30),
-        "Starting, NodeReady and NodeAllocatableEnforced events",
-        || async {
-            let list = events.list(&on_node).await.ok()?;
-            let reasons: Vec<_> = list.items.iter().filter_map(|e| e.reason.clone()).collect();
-            ["Starting", "NodeReady", "NodeAllocatableEnforced"]
-                .iter()
-                .all(|want| reasons.iter().any(|r| r == want))
-                .then_some(())
-        },
-    )
+    let mut wanted = vec!["Starting", "NodeReady", "NodeAllocatableEnforced"];
+    if !cgroup_v2_host() {
+        wanted.push("CgroupV1");
+    }
+    let list = wait_async(Duration::from_secs(30), &wanted.join(", "), || async {
+        let list = events.list(&on_node).await.ok()?;
+        let reasons: Vec<_> = list.items.iter().filter_map(|e| e.reason.clone()).collect();
+        wanted
+            .iter()
+            .all(|want| reasons.iter().any(|r| r == want))
+            .then_some(list)
+    })
     .await;
+    let cgroup_v1 = list
+        .items
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("CgroupV1"));
+    assert_eq!(cgroup_v1.is_some(), !cgroup_v2_host(), "{:?}", list.items);
+    if let Some(event) = cgroup_v1 {
+        assert_eq!(event.type_.as_deref(), Some("Warning"), "{event:?}");
+        assert_eq!(
+            event.message.as_deref(),
+            Some("cgroup v1 support is in maintenance mode, please migrate to cgroup v2")
+        );
+    }
 
     // The lease is renewed.
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");

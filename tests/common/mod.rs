@@ -24,6 +24,15 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Whether this host mounts cgroup v2 alone at /sys/fs/cgroup (the VM bed), not v1 (this
+/// machine: hybrid, v1 with a cgroup2 mount beside it).
+pub fn cgroup_v2_host() -> bool {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.contains(" /sys/fs/cgroup ") && l.contains(" - cgroup2 "))
+}
+
 /// Starts (or finds) the test bed's containerd once per test binary and returns its socket.
 pub fn containerd_socket() -> String {
     static SOCK: OnceLock<String> = OnceLock::new();
