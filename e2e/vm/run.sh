@@ -2,7 +2,7 @@
 # Usage: e2e/vm/run.sh up [--nodes N] [--suite bookworm|trixie] [--memory MIB]
 #        e2e/vm/run.sh exec NODE -- CMD...
 #        e2e/vm/run.sh kubeadm [--check]
-#        e2e/vm/run.sh smoke
+#        e2e/vm/run.sh smoke [--suite bookworm|trixie]
 #        e2e/vm/run.sh status
 #        e2e/vm/run.sh down
 #

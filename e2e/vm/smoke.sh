@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Usage: e2e/vm/smoke.sh      (e2e/vm/run.sh smoke; as root)
+# Usage: e2e/vm/smoke.sh [--suite bookworm|trixie]      (e2e/vm/run.sh smoke; as root)
 #
-# The cgroup v2 smoke of hack/test.sh: brings up one VM of its own (e2e/vm/run.sh up; a bed an
+# The cgroup v2 smoke of hack/test.sh: brings up one VM of its own (bookworm unless --suite) (e2e/vm/run.sh up; a bed an
 # earlier run left is taken down first, KRS_VM_REUSE=1 uses it instead), and on it, with the kubelet our Debian package installed, as systemd runs it:
 #   1. configures it as a standalone node on the systemd cgroup driver (a drop-in beside the
 #      package's unit, the way kubeadm's works; /var/lib/kubelet/config.yaml with podPidsLimit)
@@ -131,13 +131,23 @@ expect() {
 }
 
 main() {
+	local suite=bookworm
+	case "${1:-}" in
+	--suite) suite="${2:?--suite takes bookworm or trixie}" ;;
+	"") ;;
+	*)
+		sed -n '2p' "${BASH_SOURCE[0]}" >&2
+		exit 2
+		;;
+	esac
 	vm_require_root
 	trap on_exit EXIT
 	if [[ "$(vm_nodes)" == 0 || "${KRS_VM_REUSE:-0}" != 1 ]]; then
 		[[ "$(vm_nodes)" == 0 ]] || "$HERE/run.sh" down
 		BROUGHT_UP=1
-		"$HERE/run.sh" up --nodes 1
+		"$HERE/run.sh" up --nodes 1 --suite "$suite"
 	fi
+	check "vm1: $(in_vm 'printf "%s %s, containerd %s, runc %s" "$(. /etc/os-release; echo "$PRETTY_NAME")" "$(uname -r)" "$(containerd --version | cut -d" " -f3)" "$(runc --version | head -1 | cut -d" " -f3)"')"
 	in_vm "$SETUP" || fail "configuring the kubelet in vm1"
 	wait_for "healthz answers ok" 120 \
 		'[ "$(curl -sf --max-time 5 http://127.0.0.1:10248/healthz)" = ok ]'
