@@ -48,11 +48,6 @@ in_vm() {
 	vm_ssh "$i" "$@"
 }
 
-fail() {
-	vm_log "FAIL: $*"
-	exit 1
-}
-
 # install_crictl INDEX: crictl.py, its runtime.v1 modules and the grpcio, protobuf and
 # typing_extensions packages of
 # the bed's venv (cp311 wheels, which the VM's Python 3.11 loads), behind /usr/local/bin/crictl.
@@ -68,7 +63,7 @@ install_crictl() {
 		'PYTHONPATH=/opt/krs-crictl/site-packages exec python3 /opt/krs-crictl/crictl.py --stubs /opt/krs-crictl/stubs "$@"' |
 		in_vm "$i" 'cat >/usr/local/bin/crictl && chmod 0755 /usr/local/bin/crictl'
 	in_vm "$i" 'crictl --runtime-endpoint unix:///run/containerd/containerd.sock version >/dev/null' ||
-		fail "vm$i: the crictl stand-in does not answer"
+		vm_die "vm$i: the crictl stand-in does not answer"
 }
 
 # The images of e2e/kubeadm/images.sh: every one on vm1, the node's own on the others.
@@ -92,7 +87,7 @@ install_parts() {
 			fi
 			vm_copy "$i" "$tar" /var/tmp/krs-kubeadm/image.tar
 			in_vm "$i" 'ctr -n k8s.io images import --all-platforms /var/tmp/krs-kubeadm/image.tar >/dev/null' ||
-				fail "vm$i: importing $(basename "$tar") failed"
+				vm_die "vm$i: importing $(basename "$tar") failed"
 			n=$((n + 1))
 		done
 		in_vm "$i" 'rm -rf /var/tmp/krs-kubeadm; systemctl daemon-reload; systemctl restart kubelet'
@@ -151,12 +146,9 @@ EOF
 
 # wait_vm1 WHAT SECONDS SHELL: until SHELL succeeds on vm1.
 wait_vm1() {
-	local what="$1" deadline=$((SECONDS + $2)) t0=$SECONDS
-	until in_vm 1 "$3" >/dev/null 2>&1; do
-		((SECONDS < deadline)) || fail "$what: not within $2 s"
-		sleep 5
-	done
-	vm_log "$what ($((SECONDS - t0)) s)"
+	local t0=$SECONDS
+	vm_wait 1 "$2" "$3" || vm_die "$1: not within $2 s"
+	vm_log "$1 ($((SECONDS - t0)) s)"
 }
 
 make_cluster() {
@@ -166,7 +158,7 @@ make_cluster() {
 	vm_log "vm1: kubeadm init (log /root/kubeadm-init.log in vm1)"
 	if ! in_vm 1 "kubeadm init --config /root/kubeadm-init.yaml --ignore-preflight-errors=$IGNORE_PREFLIGHT --skip-phases=$SKIP_PHASES -v=1 >/root/kubeadm-init.log 2>&1"; then
 		in_vm 1 'tail -30 /root/kubeadm-init.log; journalctl -u kubelet --no-pager -n 30' >&2 || true
-		fail "kubeadm init failed on vm1"
+		vm_die "kubeadm init failed on vm1"
 	fi
 	local init_s=$((SECONDS - t0))
 	vm_log "vm1: kubeadm init succeeded in $init_s s"
@@ -174,14 +166,14 @@ make_cluster() {
 	join="$(in_vm 1 'kubeadm token create --print-join-command 2>/dev/null')"
 	token="$(sed -n 's/.*--token \([^ ]*\).*/\1/p' <<<"$join")"
 	hash="$(sed -n 's/.*--discovery-token-ca-cert-hash \([^ ]*\).*/\1/p' <<<"$join")"
-	[[ -n "$token" && -n "$hash" ]] || fail "no join command from vm1: $join"
+	[[ -n "$token" && -n "$hash" ]] || vm_die "no join command from vm1: $join"
 	for ((i = 2; i <= nodes; i++)); do
 		local tj=$SECONDS
 		join_config "$i" "$token" "$hash" | in_vm "$i" 'cat >/root/kubeadm-join.yaml'
 		vm_log "vm$i: kubeadm join (log /root/kubeadm-join.log in vm$i)"
 		if ! in_vm "$i" "kubeadm join --config /root/kubeadm-join.yaml --ignore-preflight-errors=$IGNORE_PREFLIGHT -v=1 >/root/kubeadm-join.log 2>&1"; then
 			in_vm "$i" 'tail -30 /root/kubeadm-join.log; journalctl -u kubelet --no-pager -n 30' >&2 || true
-			fail "kubeadm join failed on vm$i"
+			vm_die "kubeadm join failed on vm$i"
 		fi
 		vm_log "vm$i: kubeadm join succeeded in $((SECONDS - tj)) s"
 	done
@@ -231,42 +223,42 @@ pod_on() {
 
 check_cluster() {
 	local nodes="$1" i t0=$SECONDS
-	((nodes >= 2)) || fail "--check needs 2 VMs or more (e2e/vm/run.sh up --nodes 2)"
+	((nodes >= 2)) || vm_die "--check needs 2 VMs or more (e2e/vm/run.sh up --nodes 2)"
 	in_vm 1 "$KUBECTL apply -f -" <<<"$DEPLOYMENT" >/dev/null
 	wait_vm1 "Deployment web: 4 replicas available" 600 \
 		"[ \"\$($KUBECTL get deploy web -o jsonpath='{.status.availableReplicas}')\" = 4 ]"
 	in_vm 1 "$KUBECTL get pods -l app=web -o wide"
 	local from from_ip to to_ip got
 	read -r from from_ip <<<"$(pod_on vm1)"
-	[[ -n "$from" ]] || fail "no web pod on vm1"
+	[[ -n "$from" ]] || vm_die "no web pod on vm1"
 	for ((i = 2; i <= nodes; i++)); do
 		read -r to to_ip <<<"$(pod_on "vm$i")"
-		[[ -n "$to" ]] || fail "no web pod on vm$i: the Deployment did not spread"
+		[[ -n "$to" ]] || vm_die "no web pod on vm$i: the Deployment did not spread"
 		# nc, not wget: the busybox-static wget dies of SIGSEGV here (exit 139), whatever the address.
 		got="$(in_vm 1 "$KUBECTL exec $from -- sh -c 'printf \"GET / HTTP/1.0\\r\\n\\r\\n\" | nc -w 10 $to_ip 8080'" | tail -1)" ||
-			fail "pod $from ($from_ip, vm1) could not reach $to ($to_ip, vm$i)"
-		[[ "$got" == "$to" ]] || fail "pod-to-pod: $to_ip answered '$got', not '$to'"
+			vm_die "pod $from ($from_ip, vm1) could not reach $to ($to_ip, vm$i)"
+		[[ "$got" == "$to" ]] || vm_die "pod-to-pod: $to_ip answered '$got', not '$to'"
 		vm_log "ok: pod $from on vm1 -> pod $to on vm$i ($to_ip): '$got'"
 	done
 	read -r to to_ip <<<"$(pod_on vm2)"
-	in_vm 1 "$KUBECTL logs $to" | grep -qx serving || fail "kubectl logs $to (on vm2)"
+	in_vm 1 "$KUBECTL logs $to" | grep -qx serving || vm_die "kubectl logs $to (on vm2)"
 	vm_log "ok: kubectl logs $to (on vm2)"
 	got="$(in_vm 1 "$KUBECTL exec $to -- cat /www/index.html")"
-	[[ "$got" == "$to" ]] || fail "kubectl exec $to (on vm2): '$got'"
+	[[ "$got" == "$to" ]] || vm_die "kubectl exec $to (on vm2): '$got'"
 	vm_log "ok: kubectl exec $to (on vm2)"
 	got="$(in_vm 1 "$KUBECTL port-forward pod/$to 18080:8080 >/tmp/pf.log 2>&1 & pf=\$!; for n in \$(seq 1 30); do curl -sf --max-time 5 http://127.0.0.1:18080/ && break; sleep 1; done; kill \$pf")"
-	[[ "$got" == "$to" ]] || fail "kubectl port-forward $to (on vm2): '$got'"
+	[[ "$got" == "$to" ]] || vm_die "kubectl port-forward $to (on vm2): '$got'"
 	vm_log "ok: kubectl port-forward pod/$to 18080:8080 (on vm2)"
 
 	vm_log "vm2: kubeadm reset -f"
 	in_vm 1 "$KUBECTL drain vm2 --ignore-daemonsets --delete-emptydir-data --force --timeout=300s >/dev/null 2>&1 || $KUBECTL drain vm2 --ignore-daemonsets --delete-local-data --force --timeout=300s >/dev/null" ||
-		fail "kubectl drain vm2"
-	in_vm 2 'kubeadm reset -f >/root/kubeadm-reset.log 2>&1' || fail "kubeadm reset -f on vm2"
+		vm_die "kubectl drain vm2"
+	in_vm 2 'kubeadm reset -f >/root/kubeadm-reset.log 2>&1' || vm_die "kubeadm reset -f on vm2"
 	local left
 	# Empty pod slices stay: the kubelet is stopped before the pods go, so nothing stops their
 	# transient units (a process in one would be a leak).
 	left="$(in_vm 2 'ctr -n k8s.io tasks ls -q; ctr -n k8s.io containers ls -q; ls /etc/kubernetes/kubelet.conf /var/lib/kubelet/pods 2>/dev/null; find /sys/fs/cgroup/kubepods.slice -name cgroup.procs -exec cat {} + 2>/dev/null')" || true
-	[[ -z "$left" ]] || fail "kubeadm reset on vm2 left: $left"
+	[[ -z "$left" ]] || vm_die "kubeadm reset on vm2 left: $left"
 	vm_log "ok: kubeadm reset -f on vm2 left no container, task, process in a pod cgroup, pod folder or kubelet.conf"
 	vm_log "check passed in $((SECONDS - t0)) s"
 }

@@ -69,3 +69,13 @@ vm_copy() {
 		-o UserKnownHostsFile="$dir/known_hosts" -o StrictHostKeyChecking=yes \
 		"${srcs[@]}" "root@$(vm_ip "$i"):$dest"
 }
+
+# vm_wait INDEX SECONDS SHELL: until SHELL succeeds in VM INDEX (tried every 3 s); fails once
+# SECONDS have passed.
+vm_wait() {
+	local i="$1" deadline=$((SECONDS + $2))
+	until vm_ssh "$i" "$3" >/dev/null 2>&1; do
+		((SECONDS < deadline)) || return 1
+		sleep 3
+	done
+}

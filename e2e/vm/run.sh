@@ -201,9 +201,9 @@ cmd_up() {
 	local nodes=1 suite=bookworm memory=2048
 	while [[ $# -gt 0 ]]; do
 		case "$1" in
-		--nodes) nodes="$2"; shift 2 ;;
-		--suite) suite="$2"; shift 2 ;;
-		--memory) memory="$2"; shift 2 ;;
+		--nodes) nodes="${2:?--nodes takes a value}"; shift 2 ;;
+		--suite) suite="${2:?--suite takes a value}"; shift 2 ;;
+		--memory) memory="${2:?--memory takes a value}"; shift 2 ;;
 		*) usage; exit 2 ;;
 		esac
 	done

@@ -90,8 +90,7 @@ systemctl restart kubelet
 VMEOF
 )
 
-# In the VM: prints the read-only port's /pods once every pod named in $@ has a running
-# container, or fails after $1 seconds.
+# In the VM: the read-only port's /pods.
 POD_JSON='curl -sf --max-time 5 http://127.0.0.1:10255/pods'
 
 T0=$SECONDS
@@ -116,12 +115,9 @@ in_vm() { vm_ssh 1 "$@"; }
 
 # wait_for DESCRIPTION SECONDS SHELL: until SHELL (run in the VM) succeeds.
 wait_for() {
-	local what="$1" deadline=$((SECONDS + $2)) t0=$SECONDS
-	until in_vm "$3" >/dev/null 2>&1; do
-		((SECONDS < deadline)) || fail "$what: not within $2 s"
-		sleep 3
-	done
-	check "$what ($((SECONDS - t0)) s)"
+	local t0=$SECONDS
+	vm_wait 1 "$2" "$3" || fail "$1: not within $2 s"
+	check "$1 ($((SECONDS - t0)) s)"
 }
 
 # expect NAME WANT GOT
