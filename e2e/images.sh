@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Usage: e2e/images.sh INSTANCE
 #        e2e/images.sh --list
+#        e2e/images.sh --tarballs FILE
 #
 # Builds, as OCI tarballs (hack/testbed/oci_image.py: no docker, no registry), every image the
 # upstream v1.20.2 e2e suite's [Conformance] and [NodeConformance] specs run, under the names
@@ -11,6 +12,11 @@
 #   INSTANCE  the containerd instance to import into (required: no default, so that the shared
 #             "krs" instance is only ever chosen on purpose)
 #   --list    print "NAME<TAB>IMAGE" for every image name this script provides, and exit
+#   --tarballs FILE
+#             build every tarball (pause and busybox too), import none, and write FILE: one
+#             line per tarball, "TAR NAME..."; with KRS_PREBUILT_IMAGES=FILE, `e2e/images.sh
+#             INSTANCE` then builds nothing and imports those (a VM of e2e/vm/run.sh conformance:
+#             no cargo there, and not the packages the images copy)
 #
 # pause and busybox come from hack/testbed/images.sh (run first, same INSTANCE). The Go binaries
 # (agnhost, nonewprivs, sample-apiserver) come from hack/upstream/build.sh, built static. The
@@ -65,7 +71,7 @@ declare -A NAMES=(
 # Made by hack/testbed/images.sh, listed here for --list.
 TESTBED_NAMES=(pause:k8s.gcr.io/pause:3.2 busybox:docker.io/library/busybox:1.29)
 
-usage() { sed -n '2,3p' "${BASH_SOURCE[0]}" | sed 's/^# //' >&2; }
+usage() { sed -n '2,4p' "${BASH_SOURCE[0]}" | sed 's/^# //' >&2; }
 
 list_names() {
 	local image name entry
@@ -356,18 +362,32 @@ main() {
 		exit 2
 		;;
 	esac
-	if [[ $# -ne 1 ]]; then
-		usage
-		exit 2
+	if [[ "$1" == --tarballs ]]; then
+		[[ $# -eq 2 ]] || {
+			usage
+			exit 2
+		}
+		krs_require_root
+		# pause and busybox first: --list starts the file.
+		"$TESTBED/images.sh" --list "$2"
+		export KRS_IMAGE_LIST_OUT="$2"
+	else
+		if [[ $# -ne 1 ]]; then
+			usage
+			exit 2
+		fi
+		krs_require_root
+		krs_instance_vars "$1"
+		krs_running_pid "$KRS_I_PIDFILE" "$KRS_I_CONFIG" >/dev/null ||
+			krs_die "containerd $KRS_I_NAME is not running: hack/testbed/containerd.sh start $KRS_I_NAME"
+		if [[ -n "${KRS_PREBUILT_IMAGES:-}" ]]; then
+			import_prebuilt "$KRS_PREBUILT_IMAGES"
+			return 0
+		fi
+		# pause (k8s.gcr.io/pause:3.2 among its names) and busybox (docker.io/library/busybox:1.29).
+		"$TESTBED/images.sh" "$KRS_I_NAME"
 	fi
-	krs_require_root
-	krs_instance_vars "$1"
-	krs_running_pid "$KRS_I_PIDFILE" "$KRS_I_CONFIG" >/dev/null ||
-		krs_die "containerd $KRS_I_NAME is not running: hack/testbed/containerd.sh start $KRS_I_NAME"
 	[[ -x /bin/busybox ]] || krs_die "/bin/busybox missing: run hack/testbed/install.sh"
-
-	# pause (k8s.gcr.io/pause:3.2 among its names) and busybox (docker.io/library/busybox:1.29).
-	"$TESTBED/images.sh" "$KRS_I_NAME"
 
 	ensure_host_tools
 	ensure_upstream_binaries
@@ -405,7 +425,11 @@ main() {
 		--env HTTPD_PREFIX=/usr/local/apache2 --cmd '["httpd-foreground"]' -- "${busybox_in[@]}"
 	make_image redis stage_redis --workdir /data \
 		--cmd '["redis-server"]' -- "${busybox_in[@]}"
-	krs_log "e2e images ready in containerd $KRS_I_NAME"
+	if [[ -n "${KRS_IMAGE_LIST_OUT:-}" ]]; then
+		krs_log "e2e images built; tarballs listed in $KRS_IMAGE_LIST_OUT"
+	else
+		krs_log "e2e images ready in containerd $KRS_I_NAME"
+	fi
 }
 
 main "$@"

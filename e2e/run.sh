@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Usage: e2e/run.sh --kubelet ours|upstream --suite SUITE [--nodes 1|2] [--parallel N]
-#                   [--artifacts DIR] [--no-results] [--bed 1|2]
+#                   [--artifacts DIR] [--no-results] [--results-as NAME] [--bed 1|2]
 #        e2e/run.sh --down [--bed 1|2]
 #
 # Runs the upstream v1.20.2 e2e suite (e2e.test with ginkgo) against our kubelet or the upstream
@@ -25,6 +25,9 @@
 #   --artifacts DIR           logs, junit and summaries of this run (default
 #                             /var/tmp/kubelet-rs-e2e/<kubelet>-<suite>, emptied first)
 #   --no-results              do not copy a node-conformance or conformance run to e2e/results/
+#   --results-as NAME         copy it to e2e/results/NAME/<kubelet>/ instead, under that suite
+#                             name (a run of another node shape: e2e/vm/run.sh conformance
+#                             writes node-conformance-cgroupv2)
 #   --hold                    after the suite, keep the bed up until Ctrl-C or SIGTERM (prints
 #                             how to reach it); for looking into failures by hand
 #   --down                    only take down what a killed run left (nodes, network, cluster)
@@ -83,6 +86,7 @@ NODES=""
 PARALLEL=1
 ARTIFACTS=""
 RESULTS=1
+RESULTS_AS=""
 HOLD=0
 DOWN_ONLY=0
 GINKGO_PID=""
@@ -96,7 +100,7 @@ usage() { sed -n '2,/^set -euo/p' "$SELF" | sed '$d; s/^# \{0,1\}//'; }
 parse_args() {
 	while [[ $# -gt 0 ]]; do
 		case "$1" in
-		--kubelet | --suite | --nodes | --parallel | --artifacts | --bed)
+		--kubelet | --suite | --nodes | --parallel | --artifacts | --results-as | --bed)
 			[[ $# -ge 2 ]] || {
 				usage >&2
 				exit 2
@@ -107,11 +111,12 @@ parse_args() {
 			--nodes) NODES="$2" ;;
 			--parallel) PARALLEL="$2" ;;
 			--artifacts) ARTIFACTS="$2" ;;
+			--results-as) RESULTS_AS="$2" ;;
 			--bed) ;; # read before lib.sh was sourced
 			esac
 			shift 2
 			;;
-		--kubelet=* | --suite=* | --nodes=* | --parallel=* | --artifacts=* | --bed=*)
+		--kubelet=* | --suite=* | --nodes=* | --parallel=* | --artifacts=* | --results-as=* | --bed=*)
 			local key="${1%%=*}" value="${1#*=}"
 			shift
 			set -- "$key" "$value" "$@"
@@ -154,6 +159,8 @@ parse_args() {
 	esac
 	[[ "$NODES" =~ ^[12]$ ]] || e2e_die "--nodes must be 1 or 2"
 	[[ "$PARALLEL" =~ ^[1-9][0-9]?$ ]] || e2e_die "--parallel must be a number from 1 to 99"
+	[[ -z "$RESULTS_AS" || "$RESULTS_AS" =~ ^[a-z0-9][a-z0-9-]*$ ]] ||
+		e2e_die "--results-as takes a folder name of a-z, 0-9 and -"
 	local label="${SUITE%%:*}"
 	local bed=""
 	[[ "$KRS_E2E_BED" == 1 ]] || bed="-bed$KRS_E2E_BED"
@@ -672,6 +679,7 @@ kubelet commit: $KUBELET_COMMIT
 harness commit: $HARNESS_COMMIT
 nodes: $NODES
 parallel: $PARALLEL
+machine: $(uname -r), $(stat -fc %T /sys/fs/cgroup) at /sys/fs/cgroup, PID 1 $(ps -o comm= -p 1), containerd $(containerd --version 2>/dev/null | awk '{ print $3 }')
 date: $(date -u '+%Y-%m-%d %H:%M UTC')
 duration: $((DURATION_S / 60)) min $((DURATION_S % 60)) s (ginkgo)
 focus: $FOCUS
@@ -691,12 +699,13 @@ summarize() {
 	mapfile -t junits < <(find "$ARTIFACTS" -path "$ARTIFACTS/junit-*" -name 'junit*.xml' | sort)
 	((${#junits[@]})) || e2e_die "ginkgo wrote no junit file; see $ARTIFACTS/ginkgo-*.log"
 	run_info >"$ARTIFACTS/run.txt"
-	python3 "$HERE/junit.py" summarize --suite "${SUITE%%:*}" --kubelet "$KIND" \
+	python3 "$HERE/junit.py" summarize --suite "${RESULTS_AS:-${SUITE%%:*}}" --kubelet "$KIND" \
 		--focus "$FOCUS" --tag-skip "$TAG_SKIP" --skip-names "$ARTIFACTS/skip-names.txt" \
 		--run-info "$ARTIFACTS/run.txt" --out "$out" "${junits[@]}"
 	cat "$out/summary.md"
 	if ((RESULTS)) && [[ "$SUITE" == node-conformance || "$SUITE" == conformance ]]; then
-		local dest="$HERE/results/$SUITE/$KIND" j
+		local name="${RESULTS_AS:-$SUITE}"
+		local dest="$HERE/results/$name/$KIND" j
 		rm -rf "$dest"
 		mkdir -p "$dest/ginkgo"
 		cp "$out/junit.xml" "$out/summary.md" "$out/summary.json" "$dest/"
@@ -706,8 +715,8 @@ summarize() {
 		for j in "${junits[@]}"; do
 			gzip -9n <"$j" >"$dest/ginkgo/$(basename "$(dirname "$j")")-$(basename "$j").gz"
 		done
-		"$HERE/compare.sh" "$SUITE"
-		e2e_log "results in $dest; comparison in $HERE/results/$SUITE/specs.md"
+		"$HERE/compare.sh" "$name"
+		e2e_log "results in $dest; comparison in $HERE/results/$name/specs.md"
 	fi
 	local expect=()
 	# Every spec quick.txt names must have run: a renamed spec or a name that matches nothing

@@ -1,11 +1,11 @@
-//! In-place pod resize on the real bed (containerd + runc, cgroup v1), through a static pod:
+//! In-place pod resize on the real bed (containerd + runc; cgroup v1 here, v2 in the VM bed's
+//! e2e/vm/run.sh test), through a static pod:
 //! the v1.20 API server has neither `resizePolicy` nor mutable resources, so the manifest is
 //! edited in place. It keeps an explicit `metadata.uid`, as upstream keeps a manifest's own
 //! UID, so the edit is an update of the same pod rather than a new pod.
 
 mod common;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use common::*;
@@ -60,35 +60,6 @@ spec:
     )
 }
 
-/// A cgroup v1 directory (of a container or a pod) found by its last path component, read
-/// from the host rather than from anything the kubelet reports.
-fn cgroup_dir(controller: &str, leaf: &str) -> Option<PathBuf> {
-    let out = std::process::Command::new("find")
-        .args([
-            &format!("/sys/fs/cgroup/{controller}"),
-            "-maxdepth",
-            "8",
-            "-type",
-            "d",
-            "-name",
-            leaf,
-        ])
-        .output()
-        .ok()?;
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .next()
-        .map(PathBuf::from)
-}
-
-fn read_i64(dir: &std::path::Path, file: &str) -> i64 {
-    std::fs::read_to_string(dir.join(file))
-        .unwrap_or_default()
-        .trim()
-        .parse()
-        .unwrap_or(-2)
-}
-
 fn container_id(pod: &Value, name: &str) -> String {
     container_status(pod, name)["containerID"]
         .as_str()
@@ -122,14 +93,12 @@ fn resources_change_in_place_or_by_restart_as_the_policy_says() {
         |p| running(p, "a") && running(p, "b"),
     );
     let (a_id, b_id) = (container_id(&pod, "a"), container_id(&pod, "b"));
-    let a_mem = cgroup_dir("memory", &a_id).expect("container a's memory cgroup");
-    let a_cpu = cgroup_dir("cpu,cpuacct", &a_id)
-        .or_else(|| cgroup_dir("cpu", &a_id))
-        .expect("container a's cpu cgroup");
-    let pod_mem = cgroup_dir("memory", &format!("pod{}", uid())).expect("pod memory cgroup");
-    assert_eq!(read_i64(&a_mem, "memory.limit_in_bytes"), 64 << 20);
-    assert_eq!(read_i64(&a_cpu, "cpu.cfs_quota_us"), 10_000);
-    assert_eq!(read_i64(&pod_mem, "memory.limit_in_bytes"), 96 << 20);
+    let a_mem = cgroup::find("memory", &a_id).expect("container a's memory cgroup");
+    let a_cpu = cgroup::find("cpu", &a_id).expect("container a's cpu cgroup");
+    let pod_mem = cgroup::find("memory", &format!("pod{}", uid())).expect("pod memory cgroup");
+    assert_eq!(cgroup::memory_limit(&a_mem), 64 << 20);
+    assert_eq!(cgroup::cpu_quota(&a_cpu), 10_000);
+    assert_eq!(cgroup::memory_limit(&pod_mem), 96 << 20);
     let a = container_status(&pod, "a");
     assert_eq!(a["allocatedResources"]["memory"], "64Mi", "{a}");
     assert_eq!(a["resources"]["limits"]["memory"], "64Mi", "{a}");
@@ -151,11 +120,11 @@ fn resources_change_in_place_or_by_restart_as_the_policy_says() {
     assert_eq!(container_id(&pod, "a"), a_id, "a was resized in place");
     assert_eq!(container_status(&pod, "a")["restartCount"], 0);
     assert_ne!(container_id(&pod, "b"), b_id, "b was restarted");
-    assert_eq!(read_i64(&a_mem, "memory.limit_in_bytes"), 96 << 20);
-    assert_eq!(read_i64(&a_cpu, "cpu.cfs_quota_us"), 20_000);
-    assert_eq!(read_i64(&pod_mem, "memory.limit_in_bytes"), 144 << 20);
-    let b_mem = cgroup_dir("memory", &container_id(&pod, "b")).expect("b's new cgroup");
-    assert_eq!(read_i64(&b_mem, "memory.limit_in_bytes"), 48 << 20);
+    assert_eq!(cgroup::memory_limit(&a_mem), 96 << 20);
+    assert_eq!(cgroup::cpu_quota(&a_cpu), 20_000);
+    assert_eq!(cgroup::memory_limit(&pod_mem), 144 << 20);
+    let b_mem = cgroup::find("memory", &container_id(&pod, "b")).expect("b's new cgroup");
+    assert_eq!(cgroup::memory_limit(&b_mem), 48 << 20);
     let a = container_status(&pod, "a");
     assert_eq!(a["allocatedResources"]["cpu"], "200m", "{a}");
     assert_eq!(a["resources"]["limits"]["cpu"], "200m", "{a}");
@@ -184,7 +153,7 @@ fn resources_change_in_place_or_by_restart_as_the_policy_says() {
         container_status(&pod, "a")["allocatedResources"]["memory"],
         "96Mi"
     );
-    assert_eq!(read_i64(&a_mem, "memory.limit_in_bytes"), 96 << 20);
+    assert_eq!(cgroup::memory_limit(&a_mem), 96 << 20);
 
     // Down again: cuts are applied in place too, and the pending condition goes.
     k.write_manifest("resize.yaml", &manifest("100m", "48Mi", "48Mi"));
@@ -194,9 +163,9 @@ fn resources_change_in_place_or_by_restart_as_the_policy_says() {
             && has_condition(p, "PodResizeInProgress").is_none()
     });
     assert_eq!(container_id(&pod, "a"), a_id);
-    assert_eq!(read_i64(&a_mem, "memory.limit_in_bytes"), 48 << 20);
-    assert_eq!(read_i64(&a_cpu, "cpu.cfs_quota_us"), 10_000);
-    assert_eq!(read_i64(&pod_mem, "memory.limit_in_bytes"), 96 << 20);
+    assert_eq!(cgroup::memory_limit(&a_mem), 48 << 20);
+    assert_eq!(cgroup::cpu_quota(&a_cpu), 10_000);
+    assert_eq!(cgroup::memory_limit(&pod_mem), 96 << 20);
     k.cleanup();
 }
 
@@ -265,8 +234,8 @@ fn a_resize_that_does_not_fit_waits_for_room() {
         "{message}"
     );
     let id = container_id(&pod, "main");
-    let mem = cgroup_dir("memory", &id).expect("grow's memory cgroup");
-    assert_eq!(read_i64(&mem, "memory.limit_in_bytes"), 100 << 20);
+    let mem = cgroup::find("memory", &id).expect("grow's memory cgroup");
+    assert_eq!(cgroup::memory_limit(&mem), 100 << 20);
 
     // A crash does not grant it: the restarted kubelet knows what grow was allocated (from its
     // checkpoint) and decides the resize again, next to big, whatever order they come back in.
@@ -287,7 +256,7 @@ fn a_resize_that_does_not_fit_waits_for_room() {
     );
     // Given some time to go wrong: the limit stays what was allocated.
     std::thread::sleep(Duration::from_secs(5));
-    assert_eq!(read_i64(&mem, "memory.limit_in_bytes"), 100 << 20);
+    assert_eq!(cgroup::memory_limit(&mem), 100 << 20);
 
     k.remove_manifest("big.yaml");
     let pod = k.wait_pod("grow", "the resize applied", Duration::from_secs(60), |p| {
@@ -295,6 +264,6 @@ fn a_resize_that_does_not_fit_waits_for_room() {
             && has_condition(p, "PodResizePending").is_none()
     });
     assert_eq!(container_id(&pod, "main"), id, "resized in place");
-    assert_eq!(read_i64(&mem, "memory.limit_in_bytes"), 400 << 20);
+    assert_eq!(cgroup::memory_limit(&mem), 400 << 20);
     k.cleanup();
 }

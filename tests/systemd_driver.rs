@@ -2,7 +2,9 @@
 //! machine's systemd as PID 1 of its own PID and mount namespace (with D-Bus and logind), a
 //! containerd runs inside it with runc's SystemdCgroup, and our kubelet runs inside it with
 //! `--cgroup-driver=systemd`. The slices must be systemd units with the pod's limits, the
-//! containers scopes below them, and a removed pod's slice must go.
+//! containers scopes below them, and a removed pod's slice must go. On cgroup v2 (the VM bed,
+//! e2e/vm/run.sh test, where the node is the VM's own systemd) the same, with v2's properties
+//! and files.
 
 mod common;
 
@@ -48,9 +50,17 @@ spec:
     ] {
         assert_eq!(node.unit_prop(unit, "ActiveState"), "active", "{unit}");
     }
+    // v2 has weights where v1 has shares: upstream's conversion gives 1 for 2 shares, 4 for
+    // 102, and systemd's properties are named for what the kernel takes.
+    let v2 = cgroup_v2_host();
+    let (cpu_prop, memory_prop) = if v2 {
+        ("CPUWeight", "MemoryMax")
+    } else {
+        ("CPUShares", "MemoryLimit")
+    };
     assert_eq!(
-        node.unit_prop("kubepods-besteffort.slice", "CPUShares"),
-        "2"
+        node.unit_prop("kubepods-besteffort.slice", cpu_prop),
+        if v2 { "1" } else { "2" }
     );
 
     let pod = k.wait_pod("burst", "running", Duration::from_secs(60), |p| {
@@ -61,20 +71,28 @@ spec:
     let slice_path = format!("/kubepods.slice/kubepods-burstable.slice/{unit}");
     assert_eq!(node.unit_prop(&unit, "ActiveState"), "active");
     assert_eq!(
-        node.unit_prop(&unit, "MemoryLimit"),
+        node.unit_prop(&unit, memory_prop),
         (64u64 << 20).to_string()
     );
-    assert_eq!(node.unit_prop(&unit, "CPUShares"), "102");
+    assert_eq!(
+        node.unit_prop(&unit, cpu_prop),
+        if v2 { "4" } else { "102" }
+    );
     // The files say the same (systemd wrote some, we wrote the rest).
     let read = |c: &str, f: &str| {
-        std::fs::read_to_string(node.v1_dir(c, &slice_path).join(f))
+        std::fs::read_to_string(node.cgroup_dir(c, &slice_path).join(f))
             .unwrap_or_else(|e| panic!("{c}/{f}: {e}"))
             .trim()
             .to_string()
     };
-    assert_eq!(read("memory", "memory.limit_in_bytes"), "67108864");
-    assert_eq!(read("cpu", "cpu.shares"), "102");
-    assert!(node.v1_dir("cpuset", &slice_path).is_dir());
+    if v2 {
+        assert_eq!(read("memory", "memory.max"), "67108864");
+        assert_eq!(read("cpu", "cpu.weight"), "4");
+    } else {
+        assert_eq!(read("memory", "memory.limit_in_bytes"), "67108864");
+        assert_eq!(read("cpu", "cpu.shares"), "102");
+    }
+    assert!(node.cgroup_dir("cpuset", &slice_path).is_dir());
 
     // runc put the container in a scope below the pod's slice.
     let cid = container_status(&pod, "main")["containerID"]
@@ -88,22 +106,31 @@ spec:
         .join(format!("default_burst-{NODE}_{uid}/main/0.log"));
     let self_cgroup = wait_for(Duration::from_secs(20), "the container's log", || {
         let text = std::fs::read_to_string(&log).ok()?;
-        text.contains("memory:").then_some(text)
+        text.contains(":/").then_some(text)
     });
-    assert!(
-        self_cgroup.contains(&format!("memory:/krs-sd-{}{slice_path}/{scope}", node.name)),
-        "container cgroup:\n{self_cgroup}"
-    );
+    // On v2 the container has a cgroup namespace of its own and sees itself at "/": its scope
+    // is checked from the host, as on v1.
+    if !v2 {
+        assert!(
+            self_cgroup.contains(&format!(
+                "memory:{}{slice_path}/{scope}",
+                node.cgroup_prefix()
+            )),
+            "container cgroup:\n{self_cgroup}"
+        );
+    }
+    let scope_dir = node.cgroup_dir("memory", &format!("{slice_path}/{scope}"));
+    assert!(scope_dir.is_dir(), "{} missing", scope_dir.display());
     assert_eq!(node.unit_prop(&scope, "Slice"), unit);
 
     // The pod goes: its scope and slice with it, units and directories.
     k.remove_manifest("burst.yaml");
     wait_for(Duration::from_secs(60), "the pod slice to go", || {
         let state = node.unit_prop(&unit, "ActiveState");
-        (state == "inactive" && !node.v1_dir("memory", &slice_path).exists()).then_some(())
+        (state == "inactive" && !node.cgroup_dir("memory", &slice_path).exists()).then_some(())
     });
-    assert!(!node.v1_dir("cpuset", &slice_path).exists());
-    assert!(!node.v1_dir("cpu", &slice_path).exists());
+    assert!(!node.cgroup_dir("cpuset", &slice_path).exists());
+    assert!(!node.cgroup_dir("cpu", &slice_path).exists());
     assert!(
         k.log().contains("Removed pod cgroup"),
         "{}",

@@ -79,3 +79,18 @@ vm_wait() {
 		sleep 3
 	done
 }
+
+# vm_build_shares: `up` arguments that share, read-only, the folders a VM must see at the
+# machine's paths to run what was built here: the checkout, $CARGO_TARGET_DIR and
+# $KRS_CACHE_DIR (one share when one holds another).
+vm_build_shares() {
+	local dirs=("$VM_REPO") d k kept=()
+	dirs+=("$(realpath "$CARGO_TARGET_DIR")" "$(realpath "$KRS_CACHE_DIR")")
+	for d in "${dirs[@]}"; do
+		for k in "${dirs[@]}" "${kept[@]}"; do
+			[[ "$d" == "$k"/* ]] && continue 2
+		done
+		[[ " ${kept[*]} " == *" $d "* ]] || kept+=("$d")
+	done
+	printf -- '--share\n%s\n' "${kept[@]}"
+}

@@ -28,6 +28,11 @@ PACKAGES=(
 	curl jq
 	# e2e/kubeadm's crictl stand-in (e2e/vm/kubeadm.sh)
 	python3
+	# the integration tests' own bed (e2e/vm/test.sh): hack/cluster/up.sh's etcd and certificates,
+	# what the tests run beside the kubelet
+	etcd-server openssl busybox-static dbus-bin
+	# e2e/run.sh in a VM (e2e/vm/conformance.sh) records the harness's commit
+	git
 )
 # Registries pods may name; each is pinned to a closed port in the VMs' containerd.
 REGISTRIES=(docker.io registry-1.docker.io registry.k8s.io k8s.gcr.io gcr.io quay.io ghcr.io
@@ -69,6 +74,9 @@ customize() {
 	install -m 0600 "$dir/id_ed25519.pub" "$root/root/.ssh/authorized_keys"
 	printf '%s.* %s\n' "$VM_NET_PREFIX" "$(cut -d' ' -f1-2 "$root/etc/ssh/ssh_host_ed25519_key.pub")" \
 		>"$dir/known_hosts"
+	# hack/cluster/up.sh starts an etcd of its own when a test needs one; the package's service
+	# would hold the default ports for nothing.
+	rm -f "$root/etc/systemd/system/multi-user.target.wants/etcd.service"
 	# Nothing to fetch from inside a VM: apt's timers and the like only cost time under TCG.
 	rm -f "$root"/etc/systemd/system/timers.target.wants/*
 }

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Usage: e2e/vm/run.sh up [--nodes N] [--suite bookworm|trixie] [--memory MIB]
+# Usage: e2e/vm/run.sh up [--nodes N] [--suite bookworm|trixie] [--memory MIB] [--share[-rw] DIR]...
 #        e2e/vm/run.sh exec NODE -- CMD...
 #        e2e/vm/run.sh kubeadm [--check]
 #        e2e/vm/run.sh smoke [--suite bookworm|trixie]
+#        e2e/vm/run.sh test [--suite bookworm|trixie] [--only T,...] [--keep] [-- TEST FILTER...]
+#        e2e/vm/run.sh conformance --kubelet ours|upstream [--suite S] [--parallel N] [--keep]
 #        e2e/vm/run.sh status
 #        e2e/vm/run.sh down
 #
@@ -15,12 +17,20 @@
 #           10.244.i.0/24 with routes to the other VMs' pod subnets; then installs our .deb
 #           (packaging/deb/build.sh, or $KRS_VM_DEB) with dpkg and imports the test bed's images
 #           (pause, busybox: hack/testbed/images.sh --list). Default memory 2048 MiB per VM.
+#           --share DIR (read-only) and --share-rw DIR mount the machine's DIR at the same path in
+#           every VM (virtio 9p), for `test`.
 #   exec    runs CMD as root in NODE (vm1..) over ssh and exits with its status
 #   kubeadm kubeadm v1.20.2 init on vm1 and join on the others, our kubelet on each
 #           (e2e/vm/kubeadm.sh); --check then judges the cluster: a Deployment over the nodes,
 #           pod-to-pod traffic across VMs, logs/exec/port-forward on vm2, kubeadm reset on vm2
 #   smoke   the CI smoke (e2e/vm/smoke.sh): on vm1, the kubelet of the .deb runs a static pod with
 #           limits on the systemd driver; checks its cgroup v2 files and the kubelet's healthz
+#   test    the project's cgroup-touching integration tests, the same test binaries, run inside a
+#           cgroup v2 VM (e2e/vm/test.sh): systemd driver, OOM, eviction, resize, node shutdown,
+#           stats
+#   conformance  e2e/run.sh --suite node-conformance inside a cgroup v2 VM, against our kubelet
+#           or upstream's (e2e/vm/conformance.sh); results in
+#           e2e/results/node-conformance-cgroupv2/
 #   status  the VMs that run and their addresses
 #   down    stops every VM the bed started (by its pid file) and removes the namespace, taps,
 #           bridge and run folder; idempotent, and run on every failed `up`
@@ -39,7 +49,7 @@ BOOT_TIMEOUT="${KRS_VM_BOOT_TIMEOUT:-300}"
 KVM_PROBE_TIMEOUT=10
 
 usage() {
-	sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
 }
 
 # probe_accel IMAGE_DIR: prints kvm when a kernel boots to its end under KVM in time, else tcg.
@@ -112,15 +122,21 @@ boot_vm() {
 	local cmdline=(console=ttyS0 root=LABEL=root rw net.ifnames=0 panic=-1
 		systemd.unified_cgroup_hierarchy=1 cgroup_no_v1=all
 		"krs.name=vm$i" "krs.ip=$(vm_ip "$i")/24" "krs.gw=$VM_GATEWAY")
-	local routes
+	local routes shares=() tag mode path
 	routes="$(routes_for "$i" "$nodes")"
 	[[ -z "$routes" ]] || cmdline+=("krs.routes=$routes")
+	while read -r tag mode path; do
+		local ro=on
+		[[ "$mode" == rw ]] && ro=off
+		shares+=(-virtfs "local,path=$path,mount_tag=$tag,security_model=none,readonly=$ro")
+	done < <(cat "$VM_RUN/shares" 2>/dev/null)
 	ip netns exec "$VM_NETNS" qemu-system-x86_64 -accel "$accel" "${cpu[@]}" -smp 2 -m "$memory" \
 		-name "vm$i" -no-reboot -kernel "$dir/vmlinuz" -initrd "$dir/initrd.img" \
 		-append "${cmdline[*]}" \
 		-drive "file=$VM_RUN/vm$i.qcow2,if=virtio,format=qcow2,cache=unsafe" \
 		-netdev "tap,id=n0,ifname=tap$i,script=no,downscript=no" \
 		-device "virtio-net-pci,netdev=n0,mac=$(vm_mac "$i")" \
+		"${shares[@]}" \
 		-serial "file:$VM_RUN/vm$i.console" -monitor none -display none \
 		-daemonize -pidfile "$VM_RUN/vm$i.pid"
 }
@@ -141,6 +157,18 @@ wait_ssh() {
 	done
 	vm_log "vm$i up: ssh answers $((SECONDS - t0)) s after the wait began ($(vm_ssh "$i" \
 		'printf "%s, PID 1 %s, %s" "$(uname -r)" "$(ps -o comm= -p 1)" "$(stat -fc %T /sys/fs/cgroup)"'))"
+}
+
+# mount_shares INDEX: the shares of `up` mounted in VM INDEX at the machine's paths. Read-only
+# shares are cached by the VM (nothing changes them while it runs); a read-write one is not.
+mount_shares() {
+	local i="$1" tag mode path opts
+	while read -r tag mode path; do
+		opts=trans=virtio,version=9p2000.L,msize=524288
+		if [[ "$mode" == ro ]]; then opts+=,ro,cache=loose; else opts+=,cache=none; fi
+		vm_ssh "$i" "mkdir -p $(printf %q "$path") && mount -t 9p -o $opts $tag $(printf %q "$path")" </dev/null ||
+			vm_die "vm$i: mounting $path (9p $tag) failed"
+	done < <(cat "$VM_RUN/shares" 2>/dev/null)
 }
 
 # The CNI config of VM INDEX: a bridge with the VM's own pod subnet, no masquerade (the VMs
@@ -198,9 +226,17 @@ provision() {
 }
 
 cmd_up() {
-	local nodes=1 suite=bookworm memory=2048
+	local nodes=1 suite=bookworm memory=2048 shares=()
 	while [[ $# -gt 0 ]]; do
 		case "$1" in
+		--share | --share-rw)
+			local dir="${2:?$1 takes a folder}"
+			[[ -d "$dir" && "$dir" == /* ]] || vm_die "$1 $dir: not an absolute path to a folder"
+			local mode=ro
+			[[ "$1" == --share-rw ]] && mode=rw
+			shares+=("share${#shares[@]} $mode $dir")
+			shift 2
+			;;
 		--nodes) nodes="${2:?--nodes takes a value}"; shift 2 ;;
 		--suite) suite="${2:?--suite takes a value}"; shift 2 ;;
 		--memory) memory="${2:?--memory takes a value}"; shift 2 ;;
@@ -220,6 +256,8 @@ cmd_up() {
 	mkdir -p "$VM_RUN"
 	echo "$suite" >"$VM_RUN/suite"
 	echo "$nodes" >"$VM_RUN/nodes"
+	: >"$VM_RUN/shares"
+	((${#shares[@]} == 0)) || printf '%s\n' "${shares[@]}" >"$VM_RUN/shares"
 	accel="$(probe_accel "$dir")"
 	deb="$(build_deb)"
 	list="$VM_RUN/images.list"
@@ -227,7 +265,7 @@ cmd_up() {
 	make_network "$nodes"
 	vm_log "booting $nodes VM(s) of $suite under $accel, ${memory} MiB each"
 	for ((i = 1; i <= nodes; i++)); do boot_vm "$i" "$nodes" "$dir" "$accel" "$memory"; done
-	for ((i = 1; i <= nodes; i++)); do wait_ssh "$i"; done
+	for ((i = 1; i <= nodes; i++)); do wait_ssh "$i" && mount_shares "$i"; done
 	for ((i = 1; i <= nodes; i++)); do provision "$i" "$deb" "$list"; done
 	trap - EXIT
 	vm_log "up: $nodes VM(s) in $((SECONDS - VM_T0)) s"
@@ -293,6 +331,8 @@ main() {
 	exec) cmd_exec "$@" ;;
 	kubeadm) exec "$HERE/kubeadm.sh" "$@" ;;
 	smoke) vm_require_root; exec "$HERE/smoke.sh" "$@" ;;
+	test) vm_require_root; exec "$HERE/test.sh" "$@" ;;
+	conformance) vm_require_root; exec "$HERE/conformance.sh" "$@" ;;
 	status) cmd_status ;;
 	down) vm_require_root; cmd_down ;;
 	*) usage; exit 2 ;;

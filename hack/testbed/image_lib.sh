@@ -3,6 +3,11 @@
 # them into a test-bed containerd. Sourced after lib.sh and krs_instance_vars, never run.
 # Used by hack/testbed/images.sh (pause, busybox), e2e/images.sh (the e2e suite's images) and
 # e2e/kubeadm/images.sh (kubeadm's control-plane images).
+#
+# Two settings move the building and the importing apart, for a machine that cannot build (a VM
+# of e2e/vm, with no cargo and none of the packages the images copy from the machine):
+#   KRS_IMAGE_LIST_OUT=FILE   import_image imports nothing and appends "TAR NAME..." to FILE
+#   KRS_PREBUILT_IMAGES=FILE  the scripts build nothing and import every tarball FILE lists
 
 KRS_IMAGE_NAMESPACE="k8s.io"
 KRS_IMAGE_CACHE="$KRS_CACHE_DIR/images"
@@ -107,6 +112,10 @@ all_present() {
 import_image() {
 	local tar="$1" digest
 	shift
+	if [[ -n "${KRS_IMAGE_LIST_OUT:-}" ]]; then
+		printf '%s\n' "$tar $*" >>"$KRS_IMAGE_LIST_OUT"
+		return 0
+	fi
 	digest="$(<"$tar.digest")"
 	if all_present "$digest" "$@"; then
 		krs_log "present: $* ($digest)"
@@ -121,4 +130,15 @@ import_image() {
 name_args() {
 	local name
 	for name in "$@"; do printf -- '--name\n%s\n' "$name"; done
+}
+
+# import_prebuilt FILE: every "TAR NAME..." line of FILE imported (KRS_PREBUILT_IMAGES).
+import_prebuilt() {
+	local file="$1" line
+	[[ -r "$file" ]] || krs_die "no image list at $file (KRS_PREBUILT_IMAGES)"
+	while read -r line; do
+		[[ -n "$line" ]] || continue
+		# shellcheck disable=SC2086 # a line is TAR NAME..., none with blanks
+		import_image $line
+	done <"$file"
 }

@@ -5,7 +5,8 @@
 # Builds the test images (pause, busybox) as OCI tarballs without docker or a registry and
 # imports them into the running containerd of INSTANCE (default "krs"), namespace k8s.io.
 # With --list, imports nothing and writes FILE instead: one line per tarball, "TAR NAME..."
-# (e2e/vm/run.sh imports them into its VMs).
+# (e2e/vm/run.sh imports them into its VMs). With KRS_PREBUILT_IMAGES=FILE, builds nothing and
+# imports every tarball such a FILE lists (image_lib.sh).
 # Tarballs are cached in /var/cache/kubelet-rs/images/, keyed by their inputs; an image whose
 # names all point at the expected digest already is not imported again.
 set -euo pipefail
@@ -42,34 +43,27 @@ stage_pause() {
 	install -m 0755 "$bin" "$stage/pause"
 }
 
-# deliver TAR NAMES...: imports TAR, or with --list records it.
-deliver() {
-	if [[ -n "$LIST_FILE" ]]; then
-		printf '%s\n' "$*" >>"$LIST_FILE"
-	else
-		import_image "$@"
-	fi
-}
-
-LIST_FILE=""
-
 main() {
 	if [[ "${1:-}" == --list ]]; then
 		[[ $# -eq 2 ]] || {
 			usage
 			exit 2
 		}
-		LIST_FILE="$2"
-		: >"$LIST_FILE"
+		: >"$2"
+		export KRS_IMAGE_LIST_OUT="$2"
 	elif [[ $# -gt 1 ]]; then
 		usage
 		exit 2
 	fi
 	krs_require_root
-	if [[ -z "$LIST_FILE" ]]; then
+	if [[ -z "${KRS_IMAGE_LIST_OUT:-}" ]]; then
 		krs_instance_vars "${1:-$KRS_DEFAULT_INSTANCE}"
 		krs_running_pid "$KRS_I_PIDFILE" "$KRS_I_CONFIG" >/dev/null ||
 			krs_die "containerd $KRS_I_NAME is not running: hack/testbed/containerd.sh start $KRS_I_NAME"
+		if [[ -n "${KRS_PREBUILT_IMAGES:-}" ]]; then
+			import_prebuilt "$KRS_PREBUILT_IMAGES"
+			return 0
+		fi
 	fi
 	[[ -x /bin/busybox ]] || krs_die "/bin/busybox missing: run hack/testbed/install.sh"
 
@@ -82,12 +76,12 @@ main() {
 	mapfile -t args < <(name_args "${PAUSE_NAMES[@]}")
 	tar="$(build_cached pause "$key" stage_pause "$pause_bin" \
 		--entrypoint '["/pause"]' "${args[@]}")"
-	deliver "$tar" "${PAUSE_NAMES[@]}"
+	import_image "$tar" "${PAUSE_NAMES[@]}"
 
 	key="$(printf '%s %s\n' "$recipe" "$(sha256_of /bin/busybox)" | sha256sum | cut -d' ' -f1)"
 	mapfile -t args < <(name_args "${BUSYBOX_NAMES[@]}")
 	tar="$(build_cached busybox "$key" stage_busybox "" --cmd '["sh"]' "${args[@]}")"
-	deliver "$tar" "${BUSYBOX_NAMES[@]}"
+	import_image "$tar" "${BUSYBOX_NAMES[@]}"
 }
 
 main "$@"

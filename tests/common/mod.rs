@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+pub mod cgroup;
 pub mod systemd_node;
 pub mod upstream;
 
