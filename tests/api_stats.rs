@@ -105,6 +105,12 @@ fn summary_and_metrics_for_a_running_pod() {
     assert!(positive(&c["cpu"]["usageCoreNanoSeconds"]), "{c}");
     assert!(positive(&c["rootfs"]["capacityBytes"]), "{c}");
     assert!(c["logs"].is_object(), "{c}");
+    // The memory figures come from v1's memory.stat/usage_in_bytes or v2's
+    // memory.stat/memory.current (this test runs on both: e2e/vm/run.sh test): none may be
+    // missing or zero for a running shell.
+    for field in ["usageBytes", "workingSetBytes", "rssBytes", "pageFaults"] {
+        assert!(positive(&c["memory"][field]), "memory.{field}: {c}");
+    }
 
     // The sampler turns two cumulative readings 10 s apart into a rate; containerd measures
     // writable layers every 10 s or so.
@@ -221,6 +227,24 @@ fn summary_and_metrics_for_a_running_pod() {
                 && l.contains(&format!("pod=\"{full_name}\""))),
         "{cad}"
     );
+    // Every per-container family has a reading for the container, on cgroup v1 as on v2.
+    for family in [
+        "container_cpu_usage_seconds_total",
+        "container_memory_usage_bytes",
+        "container_memory_working_set_bytes",
+        "container_memory_rss",
+        "container_start_time_seconds",
+    ] {
+        let value = cad
+            .lines()
+            .find(|l| {
+                l.starts_with(&format!("{family}{{container=\"main\""))
+                    && l.contains(&format!("pod=\"{full_name}\""))
+            })
+            .and_then(|l| l.rsplit_once('}')?.1.split_whitespace().next())
+            .and_then(|v| v.parse::<f64>().ok());
+        assert!(value > Some(0.0), "{family} for main: {value:?}\n{cad}");
+    }
 
     let probes = http_get(k.ro_port, "/metrics/probes").expect("probes");
     assert_eq!(probes.0, 200);

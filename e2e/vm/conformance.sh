@@ -27,6 +27,9 @@ source "$HERE/lib.sh"
 
 MEMORY=8192
 RESULTS_AS=node-conformance-cgroupv2
+# Seconds each control-plane component has to come up: under TCG kube-apiserver's bootstrap
+# alone can take two minutes, hack/cluster/up.sh's default.
+CLUSTER_TIMEOUT=600
 ARTIFACTS_ROOT=/var/tmp/kubelet-rs-vm-e2e
 
 usage() { sed -n '2,4p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; }
@@ -66,8 +69,9 @@ main() {
 	local share_args=() artifacts="$ARTIFACTS_ROOT/$kubelet"
 	mapfile -t share_args < <(vm_build_shares)
 	rm -rf "$artifacts"
-	mkdir -p "$artifacts" "$VM_REPO/e2e/results"
-	share_args+=(--share-rw "$VM_REPO/e2e/results" --share-rw "$artifacts")
+	mkdir -p "$ARTIFACTS_ROOT" "$VM_REPO/e2e/results"
+	# The parent is shared: e2e/run.sh empties its artifacts folder by removing it.
+	share_args+=(--share-rw "$VM_REPO/e2e/results" --share-rw "$ARTIFACTS_ROOT")
 	export KRS_DEB_KUBELET="${KRS_DEB_KUBELET:-$bin}"
 	"$HERE/run.sh" up --nodes 1 --suite "$suite" --memory "$MEMORY" "${share_args[@]}"
 	((keep)) || trap "rm -f '$list'; \"$HERE/run.sh\" down" EXIT
@@ -83,7 +87,8 @@ main() {
 	fi
 	local env quoted status=0 t1=$SECONDS
 	env="$(printf 'export %s=%q\n' KRS_CACHE_DIR "$KRS_CACHE_DIR" CARGO_TARGET_DIR "$CARGO_TARGET_DIR" \
-		KRS_UPSTREAM_CACHE "$KRS_UPSTREAM_CACHE" KRS_PREBUILT_IMAGES /var/tmp/krs-vm-images.list)"
+		KRS_UPSTREAM_CACHE "$KRS_UPSTREAM_CACHE" KRS_PREBUILT_IMAGES /var/tmp/krs-vm-images.list \
+		KRS_CLUSTER_START_TIMEOUT "$CLUSTER_TIMEOUT")"
 	[[ "$kubelet" != ours ]] || env+=$'\n'"$(printf 'export KRS_E2E_KUBELET=%q' "$bin")"
 	printf -v quoted '%q ' "$VM_REPO/e2e/run.sh" "${args[@]}"
 	vm_log "in vm1: e2e/run.sh ${args[*]}"

@@ -13,7 +13,7 @@ VM_CACHE="${KRS_VM_CACHE:-${KRS_CACHE_DIR:-/var/cache/kubelet-rs}/vm}"
 # Per-run state: overlays, consoles, pid files, the key. Removed by `down`.
 VM_RUN="${KRS_VM_RUN_DIR:-/var/tmp/kubelet-rs-vm}"
 VM_MIRROR="${KRS_VM_MIRROR:-http://deb.debian.org/debian}"
-VM_NETNS="krs-vm"
+VM_NETNS="${KRS_VM_NETNS:-krs-vm}"
 VM_BRIDGE="krsvm0"
 VM_NET_PREFIX="10.99.0"
 VM_GATEWAY="$VM_NET_PREFIX.1"

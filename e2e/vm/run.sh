@@ -38,7 +38,9 @@
 # Env: KRS_VM_ACCEL (kvm|tcg: skip the probe), KRS_VM_DEB (a .deb to install instead of building
 # one), KRS_DEB_KUBELET (the kubelet binary build.sh packages), KRS_VM_BOOT_TIMEOUT (seconds a VM
 # has to answer ssh, default 300), KRS_VM_RUN_DIR (run folder, default /var/tmp/kubelet-rs-vm),
-# KRS_VM_CACHE (image cache), KRS_VM_MIRROR (Debian mirror for the image).
+# KRS_VM_CACHE (image cache), KRS_VM_MIRROR (Debian mirror for the image), KRS_VM_NETNS (the
+# bed's network namespace, default krs-vm: with another KRS_VM_RUN_DIR, a second bed beside the
+# first).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -204,7 +206,8 @@ build_deb() {
 		return 0
 	fi
 	vm_log "building our Debian package (packaging/deb/build.sh)"
-	"$VM_REPO/packaging/deb/build.sh" | tail -1
+	# In the bed's own folder: a second bed may be building its package at the same time.
+	KRS_DEB_DIST="$VM_RUN/deb" "$VM_REPO/packaging/deb/build.sh" | tail -1
 }
 
 # provision INDEX DEB IMAGE_LIST: our package installed with dpkg, the images imported, CNI.

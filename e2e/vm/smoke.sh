@@ -15,7 +15,10 @@
 #      4 (100m = 102 shares, upstream's shares-to-weight conversion);
 #   4. checks the "oom" container is reported OOMKilled (lastState) and restarted;
 #   5. checks /stats/summary has the pod with CPU and memory figures, and /metrics/cadvisor has
-#      container_memory_working_set_bytes and container_cpu_usage_seconds_total for it.
+#      container_memory_working_set_bytes and container_cpu_usage_seconds_total for it;
+#   6. checks the PLEG follows the runtime's container events on containerd 1.7 and later (one
+#      subscription in kubelet_evented_pleg_connection_success_count, the kubelet's log line)
+#      and relists on 1.6 (none, and the log line saying why).
 # Takes the bed down at the end when it brought it up (KRS_VM_KEEP=1 keeps it). Prints each
 # check and how long the whole took; exits non-zero at the first failure, with the kubelet's
 # journal.
@@ -126,6 +129,28 @@ expect() {
 	check "$1 = $3"
 }
 
+# The PLEG follows the runtime's container events where the runtime has them (containerd 1.7 and
+# later): one subscription, and the kubelet says so; containerd 1.6 has none, and the kubelet says
+# it relists.
+check_pleg() {
+	local version metrics successes
+	version="$(in_vm 'containerd --version | cut -d" " -f3')"
+	metrics="$(in_vm 'curl -sf --max-time 10 http://127.0.0.1:10255/metrics')" ||
+		fail "/metrics did not answer"
+	successes="$(awk '$1 == "kubelet_evented_pleg_connection_success_count" { print $2 }' <<<"$metrics")"
+	if [[ "$(printf '%s\n' 1.7 "${version%%~*}" | sort -V | head -1)" == 1.7 ]]; then
+		expect "evented PLEG subscriptions (containerd $version)" 1 "$successes"
+		in_vm "journalctl -u kubelet --no-pager | grep -q \"Following the container runtime's events\"" ||
+			fail "the kubelet did not log that it follows containerd $version's events"
+		check "the kubelet follows the runtime's container events"
+	else
+		expect "evented PLEG subscriptions (containerd $version)" 0 "$successes"
+		in_vm "journalctl -u kubelet --no-pager | grep -q 'offers no container events'" ||
+			fail "the kubelet did not log that containerd $version has no container events"
+		check "the kubelet relists: containerd $version has no container events"
+	fi
+}
+
 main() {
 	local suite=bookworm
 	case "${1:-}" in
@@ -180,6 +205,7 @@ main() {
 			fail "/metrics/cadvisor: no $family for pod limits-vm1"
 		check "/metrics/cadvisor: $family for pod limits-vm1"
 	done
+	check_pleg
 	printf '[vm-smoke] passed in %d s (VM up included)\n' "$((SECONDS - T0))" >&2
 }
 

@@ -136,7 +136,8 @@ main() {
 	env="$(printf 'export %s=%q\n' KRS_VM_REPO "$VM_REPO" KRS_CACHE_DIR "$KRS_CACHE_DIR" \
 		CARGO_TARGET_DIR "$CARGO_TARGET_DIR" KRS_UPSTREAM_CACHE "$KRS_UPSTREAM_CACHE" \
 		KRS_UPSTREAM_BIN_DIR "$KRS_UPSTREAM_BIN_DIR" KRS_VM_TEST_TIMEOUT "$TEST_TIMEOUT" \
-		KRS_IT_MACHINE_SYSTEMD 1 KRS_PREBUILT_IMAGES /var/tmp/krs-vm-images.list)"
+		KRS_IT_MACHINE_SYSTEMD 1 KRS_PREBUILT_IMAGES /var/tmp/krs-vm-images.list \
+		KRS_CLUSTER_START_TIMEOUT 600)"
 	((${#filter[@]} == 0)) || printf -v args '%q ' "${filter[@]}"
 	vm_ssh 1 "bash -c $(printf %q "$env"$'\n'"$IN_VM") krs-vm-test $args" </dev/null ||
 		status=$?

@@ -404,6 +404,21 @@ impl RuntimeClient {
             .containers)
     }
 
+    /// Subscribes to the runtime's container events (containerd 1.7+, CRI-O 1.26+; older
+    /// runtimes answer Unimplemented). The deadline covers the subscription, not the stream,
+    /// which lasts until the runtime or the caller ends it.
+    pub async fn get_container_events(
+        &self,
+    ) -> Result<tonic::Streaming<api::ContainerEventResponse>, CriError> {
+        let mut c = self.runtime.clone();
+        call(
+            "GetContainerEvents",
+            self.timeout,
+            c.get_container_events(api::GetEventsRequest {}),
+        )
+        .await
+    }
+
     pub async fn container_status(&self, id: &str) -> Result<api::ContainerStatus, CriError> {
         const OP: &str = "ContainerStatus";
         let mut c = self.runtime.clone();

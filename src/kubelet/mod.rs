@@ -101,7 +101,16 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         events,
         status,
     };
-    let pleg = pleg::spawn(core.cri.clone(), &mut tasks, &cancel);
+    // Upstream keeps the runtime's container events behind the EventedPLEG gate, off by
+    // default; we follow them whenever the runtime offers them, unless the gate says false.
+    let evented = core
+        .settings
+        .config
+        .feature_gates
+        .get("EventedPLEG")
+        .copied()
+        .unwrap_or(true);
+    let pleg = pleg::spawn(core.cri.clone(), evented, &mut tasks, &cancel);
     let (managers, probe_changes) = pods::managers(&core, runtime_version, &mut tasks, &cancel);
     let runtime_pods = pleg.runtime_pods.clone();
     let volumes = managers.parts.volumes.clone();

@@ -1,6 +1,8 @@
-//! The generic pod lifecycle event generator: relists the runtime every second and reports
-//! which pods changed, so workers wake on change instead of polling the runtime themselves.
+//! The pod lifecycle event generator: relists the runtime and reports which pods changed, so
+//! workers wake on change instead of polling the runtime themselves. It relists every second,
+//! or, while the runtime's container events flow (`events`), at each event and once a minute.
 
+mod events;
 mod metrics;
 
 use std::collections::{HashMap, HashSet};
@@ -153,6 +155,12 @@ fn changed(old: &HashMap<String, u64>, new: &HashMap<String, (u64, RuntimePod)>)
 
 /// How often the runtime is relisted.
 const RELIST_PERIOD: Duration = Duration::from_secs(1);
+/// How often while container events flow: each event relists at once, so this only bounds
+/// how long a change the runtime did not announce goes unseen. Upstream waits 300 s; a minute
+/// keeps the relist within the PLEG health check's three minutes and costs next to nothing.
+const EVENTED_RELIST_PERIOD: Duration = Duration::from_secs(60);
+/// How long a relist waits after an event for the ones that come with it.
+const EVENT_SETTLE: Duration = Duration::from_millis(20);
 /// Events queued for the sync loop (pod UIDs); a full queue only delays a wake-up.
 const EVENT_QUEUE: usize = 1000;
 
@@ -165,15 +173,20 @@ pub struct PlegOutputs {
     pub health: Arc<PlegHealth>,
 }
 
-/// Starts relisting the runtime every second in `tasks`.
+/// Starts relisting the runtime in `tasks`, woken by the runtime's container events when
+/// `evented` and the runtime offers them.
 pub fn spawn(
     cri: RuntimeClient,
+    evented: bool,
     tasks: &mut crate::tasks::Tasks,
     cancel: &CancellationToken,
 ) -> PlegOutputs {
     let health = Arc::new(PlegHealth::default());
     let (tx, events) = mpsc::channel(EVENT_QUEUE);
-    let (pleg, runtime_pods) = Pleg::new(cri, RELIST_PERIOD, tx, health.clone());
+    let (mut pleg, runtime_pods) = Pleg::new(cri.clone(), RELIST_PERIOD, tx, health.clone());
+    if evented {
+        pleg.container_events = Some(events::spawn(cri, tasks, cancel));
+    }
     tasks.critical("PLEG", pleg.run(cancel.child_token()));
     PlegOutputs {
         events,
@@ -190,6 +203,8 @@ pub struct Pleg {
     health: Arc<PlegHealth>,
     /// When the last successful relist started, for the relist interval metric.
     last_relist_start: Option<Instant>,
+    /// The runtime's container events, when followed.
+    container_events: Option<events::EventOutputs>,
 }
 
 impl Pleg {
@@ -208,20 +223,52 @@ impl Pleg {
                 pods,
                 health,
                 last_relist_start: None,
+                container_events: None,
             },
             rx,
         )
     }
 
+    /// The relist period: long while container events flow.
+    fn period_now(&self) -> Duration {
+        match &self.container_events {
+            Some(ev) if *ev.live.borrow() => EVENTED_RELIST_PERIOD,
+            _ => self.period,
+        }
+    }
+
+    /// Until the next relist is due: the period since `last` ended, or an event.
+    async fn wait(&mut self, last: tokio::time::Instant) {
+        let due = last + self.period_now();
+        let wake = async {
+            match &mut self.container_events {
+                // Closed (the runtime has no events): the timer alone.
+                Some(ev) => {
+                    if ev.wake.recv().await.is_none() {
+                        std::future::pending::<()>().await
+                    }
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep_until(due) => {}
+            // A pod's start or stop comes as a few events in a row: one relist for them all.
+            _ = wake => tokio::time::sleep(EVENT_SETTLE).await,
+        }
+    }
+
     pub async fn run(mut self, cancel: CancellationToken) {
         let mut last: HashMap<String, u64> = HashMap::new();
-        let mut tick = tokio::time::interval(self.period);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The first relist runs at once.
+        let now = tokio::time::Instant::now();
+        let mut last_start = now.checked_sub(self.period).unwrap_or(now);
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = tick.tick() => {}
+                _ = self.wait(last_start) => {}
             }
+            last_start = tokio::time::Instant::now();
             let started = Instant::now();
             let (sandboxes, containers) = match tokio::try_join!(
                 self.cri.list_pod_sandbox(None),
@@ -326,6 +373,109 @@ mod tests {
         assert_eq!(c, vec!["a", "b"]);
         let fp2: HashMap<String, u64> = g2.iter().map(|(k, (f, _))| (k.clone(), *f)).collect();
         assert!(changed(&fp2, &g2).is_empty());
+    }
+
+    use crate::cri::fake::FakeCri;
+
+    /// A PLEG on the fake runtime, relisting every second unless container events are `live`;
+    /// the sender wakes it as an event would.
+    fn evented_pleg(
+        fake: &FakeCri,
+        live: bool,
+    ) -> (
+        Pleg,
+        mpsc::Receiver<String>,
+        mpsc::Sender<()>,
+        watch::Sender<bool>,
+    ) {
+        let (tx, events) = mpsc::channel(16);
+        let (mut pleg, _) = Pleg::new(
+            fake.client.clone(),
+            RELIST_PERIOD,
+            tx,
+            Arc::new(PlegHealth::default()),
+        );
+        let (wake_tx, wake) = mpsc::channel(1);
+        let (live_tx, live_rx) = watch::channel(live);
+        pleg.container_events = Some(events::EventOutputs {
+            wake,
+            live: live_rx,
+        });
+        (pleg, events, wake_tx, live_tx)
+    }
+
+    async fn add_pod(fake: &FakeCri, uid: &str) {
+        let config = api::PodSandboxConfig {
+            metadata: Some(api::PodSandboxMetadata {
+                name: uid.into(),
+                namespace: "default".into(),
+                uid: uid.into(),
+                attempt: 0,
+            }),
+            labels: HashMap::from([(labels::POD_UID.to_string(), uid.to_string())]),
+            ..Default::default()
+        };
+        fake.client.run_pod_sandbox(config, "").await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn while_events_flow_an_event_relists_and_the_timer_waits() {
+        let fake = FakeCri::start(Duration::from_secs(5)).await;
+        let (pleg, mut events, wake, _live) = evented_pleg(&fake, true);
+        let cancel = CancellationToken::new();
+        let run = tokio::spawn(pleg.run(cancel.clone()));
+        // The first relist (at once) sees an empty runtime.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        add_pod(&fake, "u1").await;
+        let quiet = tokio::time::timeout(Duration::from_millis(1500), events.recv()).await;
+        assert!(quiet.is_err(), "relisted on the timer while events flow");
+        wake.send(()).await.unwrap();
+        let woke = tokio::time::timeout(Duration::from_millis(800), events.recv()).await;
+        assert_eq!(woke.ok().flatten().as_deref(), Some("u1"));
+        cancel.cancel();
+        run.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn without_events_the_timer_relists_every_second() {
+        let fake = FakeCri::start(Duration::from_secs(5)).await;
+        let (pleg, mut events, wake, live) = evented_pleg(&fake, true);
+        let cancel = CancellationToken::new();
+        let run = tokio::spawn(pleg.run(cancel.clone()));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // The stream broke: the event task says so and wakes the PLEG.
+        live.send_replace(false);
+        wake.send(()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        add_pod(&fake, "u2").await;
+        let found = tokio::time::timeout(Duration::from_millis(2500), events.recv()).await;
+        assert_eq!(found.ok().flatten().as_deref(), Some("u2"));
+        cancel.cancel();
+        run.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_runtime_without_events_leaves_the_relist_alone() {
+        // The fake, like containerd 1.6, answers GetContainerEvents with Unimplemented: the
+        // event task ends at once, never saying the stream is up.
+        let fake = FakeCri::start(Duration::from_secs(5)).await;
+        let (wake_tx, mut wake) = mpsc::channel(1);
+        let (live_tx, live) = watch::channel(false);
+        let follow = events::follow(
+            fake.client.clone(),
+            wake_tx,
+            live_tx,
+            CancellationToken::new(),
+        );
+        tokio::time::timeout(Duration::from_secs(5), follow)
+            .await
+            .expect("the event task ends on Unimplemented");
+        assert!(!*live.borrow());
+        assert_eq!(
+            wake.recv().await,
+            None,
+            "no wake-up, and the channel is closed"
+        );
     }
 
     #[test]
