@@ -88,7 +88,7 @@ main() {
 	local env quoted status=0 t1=$SECONDS
 	env="$(printf 'export %s=%q\n' KRS_CACHE_DIR "$KRS_CACHE_DIR" CARGO_TARGET_DIR "$CARGO_TARGET_DIR" \
 		KRS_UPSTREAM_CACHE "$KRS_UPSTREAM_CACHE" KRS_PREBUILT_IMAGES /var/tmp/krs-vm-images.list \
-		KRS_CLUSTER_START_TIMEOUT "$CLUSTER_TIMEOUT")"
+		KRS_CLUSTER_START_TIMEOUT "$CLUSTER_TIMEOUT" KRS_CTR_TIMEOUT 900)"
 	[[ "$kubelet" != ours ]] || env+=$'\n'"$(printf 'export KRS_E2E_KUBELET=%q' "$bin")"
 	printf -v quoted '%q ' "$VM_REPO/e2e/run.sh" "${args[@]}"
 	vm_log "in vm1: e2e/run.sh ${args[*]}"

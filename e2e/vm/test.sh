@@ -137,7 +137,7 @@ main() {
 		CARGO_TARGET_DIR "$CARGO_TARGET_DIR" KRS_UPSTREAM_CACHE "$KRS_UPSTREAM_CACHE" \
 		KRS_UPSTREAM_BIN_DIR "$KRS_UPSTREAM_BIN_DIR" KRS_VM_TEST_TIMEOUT "$TEST_TIMEOUT" \
 		KRS_IT_MACHINE_SYSTEMD 1 KRS_PREBUILT_IMAGES /var/tmp/krs-vm-images.list \
-		KRS_CLUSTER_START_TIMEOUT 600)"
+		KRS_CLUSTER_START_TIMEOUT 600 KRS_CTR_TIMEOUT 900)"
 	((${#filter[@]} == 0)) || printf -v args '%q ' "${filter[@]}"
 	vm_ssh 1 "bash -c $(printf %q "$env"$'\n'"$IN_VM") krs-vm-test $args" </dev/null ||
 		status=$?

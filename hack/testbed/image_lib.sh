@@ -13,7 +13,9 @@ KRS_IMAGE_NAMESPACE="k8s.io"
 KRS_IMAGE_CACHE="$KRS_CACHE_DIR/images"
 KRS_IMAGE_LIB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
-ctr_() { timeout 120 ctr --address "$KRS_I_SOCK" -n "$KRS_IMAGE_NAMESPACE" "$@"; }
+# KRS_CTR_TIMEOUT: seconds a ctr call may take (default 120; an import in a VM under software
+# emulation takes longer).
+ctr_() { timeout "${KRS_CTR_TIMEOUT:-120}" ctr --address "$KRS_I_SOCK" -n "$KRS_IMAGE_NAMESPACE" "$@"; }
 
 sha256_of() { sha256sum "$@" | cut -d' ' -f1; }
 
