@@ -21,7 +21,8 @@
 #      namespaces of its own; about a minute). KRS_E2E_KUBEADM=0 leaves it out;
 #   6. the cgroup v2 smoke (e2e/vm/run.sh smoke): a Debian VM under qemu with systemd on cgroup v2
 #      only, our .deb (of that same debug kubelet) installed, a static pod's cgroup v2 files, an
-#      OOM kill, stats and healthz checked (about 4 minutes under TCG, the image build included).
+#      OOM kill, stats, healthz and the PLEG (relist: containerd 1.6 has no container events)
+#      checked (about 4 minutes under TCG, the image build included).
 #      KRS_VM_SMOKE=0 leaves it out;
 #   7. the three install paths built and checked with that same (debug) kubelet inside (about 6
 #      minutes; KRS_PACKAGING=0 leaves them out): the Debian package (packaging/deb/check.sh),

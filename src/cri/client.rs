@@ -405,18 +405,20 @@ impl RuntimeClient {
     }
 
     /// Subscribes to the runtime's container events (containerd 1.7+, CRI-O 1.26+; older
-    /// runtimes answer Unimplemented). The deadline covers the subscription, not the stream,
-    /// which lasts until the runtime or the caller ends it.
+    /// runtimes answer Unimplemented at once). No deadline: containerd answers a subscription
+    /// only with its first event, so an idle node's call stays open; the caller bounds its
+    /// wait and cancels by dropping the future (pleg::events).
     pub async fn get_container_events(
         &self,
     ) -> Result<tonic::Streaming<api::ContainerEventResponse>, CriError> {
         let mut c = self.runtime.clone();
-        call(
-            "GetContainerEvents",
-            self.timeout,
-            c.get_container_events(api::GetEventsRequest {}),
-        )
-        .await
+        c.get_container_events(api::GetEventsRequest {})
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|status| CriError::Status {
+                op: "GetContainerEvents",
+                status,
+            })
     }
 
     pub async fn container_status(&self, id: &str) -> Result<api::ContainerStatus, CriError> {

@@ -18,6 +18,8 @@ use crate::cri::{CriError, RuntimeClient};
 const RETRY_FIRST: Duration = Duration::from_secs(1);
 /// Longest wait between attempts: a runtime that comes back is found within this.
 const RETRY_MAX: Duration = Duration::from_secs(60);
+/// How long a subscription may go unanswered before it counts as up (see `follow`).
+const SUBSCRIBE_GRACE: Duration = Duration::from_secs(2);
 
 /// What the PLEG learns from the event task.
 pub struct EventOutputs {
@@ -65,6 +67,12 @@ fn age_secs(created_at_ns: i64) -> Option<f64> {
     Some(now.saturating_sub(created) as f64 / 1e9)
 }
 
+fn no_events() {
+    info!(
+        "The container runtime offers no container events (GetContainerEvents unimplemented); PLEG relists every second"
+    );
+}
+
 pub(super) async fn follow(
     cri: RuntimeClient,
     wake: mpsc::Sender<()>,
@@ -80,24 +88,30 @@ pub(super) async fn follow(
                 _ = tokio::time::sleep(backoff(failures)) => {}
             }
         }
-        let subscribed = tokio::select! {
+        let subscribe = cri.get_container_events();
+        tokio::pin!(subscribe);
+        // A runtime without events, or one that is down, answers at once; one with events
+        // answers only with its first event: quiet for SUBSCRIBE_GRACE means subscribed.
+        let early = tokio::select! {
             _ = cancel.cancelled() => return,
-            r = cri.get_container_events() => r,
+            r = &mut subscribe => Some(r),
+            _ = tokio::time::sleep(SUBSCRIBE_GRACE) => None,
         };
-        let mut stream = match subscribed {
-            Ok(stream) => stream,
-            Err(CriError::Status { status, .. }) if status.code() == tonic::Code::Unimplemented => {
-                info!(
-                    "The container runtime offers no container events (GetContainerEvents unimplemented); PLEG relists every second"
-                );
+        let mut stream = match early {
+            Some(Ok(stream)) => Some(stream),
+            Some(Err(CriError::Status { status, .. }))
+                if status.code() == tonic::Code::Unimplemented =>
+            {
+                no_events();
                 return;
             }
-            Err(err) => {
+            Some(Err(err)) => {
                 metrics.evented_pleg_connection_error.inc(&[]);
                 failures = failures.saturating_add(1);
                 warn!(%err, retry_in = ?backoff(failures), "Subscribing to the container runtime's events failed; PLEG relists every second meanwhile");
                 continue;
             }
+            None => None,
         };
         metrics.evented_pleg_connection_success.inc(&[]);
         info!("Following the container runtime's events (evented PLEG); relisting rarely");
@@ -105,9 +119,31 @@ pub(super) async fn follow(
         // What changed while nobody listened is found by a relist now.
         nudge(&wake);
         let ended = loop {
-            let message = tokio::select! {
-                _ = cancel.cancelled() => return,
-                m = stream.message() => m,
+            let message = match stream.as_mut() {
+                Some(s) => tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    m = s.message() => m,
+                },
+                // Still waiting for the answer, which comes with the first event.
+                None => match tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    r = &mut subscribe => r,
+                } {
+                    Ok(s) => {
+                        stream = Some(s);
+                        continue;
+                    }
+                    // A runtime without events, too loaded to say so within the grace.
+                    Err(CriError::Status { status, .. })
+                        if status.code() == tonic::Code::Unimplemented =>
+                    {
+                        live.send_replace(false);
+                        nudge(&wake);
+                        no_events();
+                        return;
+                    }
+                    Err(err) => break err.to_string(),
+                },
             };
             match message {
                 Ok(Some(event)) => {

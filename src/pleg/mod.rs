@@ -237,7 +237,7 @@ impl Pleg {
         }
     }
 
-    /// Until the next relist is due: the period since `last` ended, or an event.
+    /// Until the next relist is due: a period after the last one started, or an event.
     async fn wait(&mut self, last: tokio::time::Instant) {
         let due = last + self.period_now();
         let wake = async {
@@ -312,6 +312,7 @@ impl Pleg {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cri::fake::FakeCri;
 
     #[test]
     fn a_runtime_pod_knows_its_full_name_and_whether_it_runs() {
@@ -374,8 +375,6 @@ mod tests {
         let fp2: HashMap<String, u64> = g2.iter().map(|(k, (f, _))| (k.clone(), *f)).collect();
         assert!(changed(&fp2, &g2).is_empty());
     }
-
-    use crate::cri::fake::FakeCri;
 
     /// A PLEG on the fake runtime, relisting every second unless container events are `live`;
     /// the sender wakes it as an event would.
@@ -476,6 +475,38 @@ mod tests {
             None,
             "no wake-up, and the channel is closed"
         );
+    }
+
+    #[tokio::test]
+    async fn a_runtime_with_events_is_followed_before_its_first_event() {
+        // Like containerd 1.7: the subscription gets no answer until the first event.
+        let fake = FakeCri::start(Duration::from_secs(5)).await;
+        fake.runtime.offer_container_events();
+        let (wake_tx, mut wake) = mpsc::channel(1);
+        let (live_tx, mut live) = watch::channel(false);
+        let cancel = CancellationToken::new();
+        let follow = tokio::spawn(events::follow(
+            fake.client.clone(),
+            wake_tx,
+            live_tx,
+            cancel.clone(),
+        ));
+        tokio::time::timeout(Duration::from_secs(5), live.wait_for(|up| *up))
+            .await
+            .expect("the quiet subscription counts as up")
+            .unwrap();
+        // The relist that catches up with what happened before.
+        let first = tokio::time::timeout(Duration::from_secs(1), wake.recv()).await;
+        assert_eq!(first.ok().flatten(), Some(()));
+        assert_eq!(fake.runtime.send_container_event("c1"), 1);
+        let woke = tokio::time::timeout(Duration::from_secs(2), wake.recv()).await;
+        assert_eq!(woke.ok().flatten(), Some(()), "an event wakes the PLEG");
+        assert_eq!(fake.runtime.send_container_event("c1"), 1);
+        let again = tokio::time::timeout(Duration::from_secs(2), wake.recv()).await;
+        assert_eq!(again.ok().flatten(), Some(()), "and the next one too");
+        assert!(*live.borrow());
+        cancel.cancel();
+        follow.await.unwrap();
     }
 
     #[test]

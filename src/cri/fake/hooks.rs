@@ -7,7 +7,7 @@ use md5::{Digest, Md5};
 use tonic::Status;
 
 use super::image_service::normalize_image;
-use super::{Call, FakeRuntime, State, exited_reason};
+use super::{Call, FakeRuntime, State, exited_reason, now_nanos};
 use crate::cri::api;
 
 impl FakeRuntime {
@@ -152,6 +152,26 @@ impl FakeRuntime {
             .into_iter()
             .filter(|c| c.metadata.as_ref().is_some_and(|m| m.name == name))
             .max_by_key(|c| (c.metadata.as_ref().map(|m| m.attempt), c.created_at))
+    }
+
+    /// Serves GetContainerEvents from now on (see the module's comment).
+    pub fn offer_container_events(&self) {
+        self.lock().events_offered = true;
+    }
+
+    /// Sends a CONTAINER_STARTED event for `container_id` to every open stream; returns how
+    /// many streams took it.
+    pub fn send_container_event(&self, container_id: &str) -> usize {
+        let event = api::ContainerEventResponse {
+            container_id: container_id.to_string(),
+            container_event_type: api::ContainerEventType::ContainerStartedEvent as i32,
+            created_at: now_nanos(),
+            ..Default::default()
+        };
+        let mut s = self.lock();
+        s.event_subscribers
+            .retain(|tx| tx.try_send(event.clone()).is_ok());
+        s.event_subscribers.len()
     }
 }
 

@@ -16,7 +16,11 @@
 //! container's process, [`FakeRuntime::fail_next`] makes the next call of an RPC fail before
 //! the runtime acts on it, [`FakeRuntime::delay`] holds an RPC (a delayed call that the client
 //! abandons is listed by [`FakeRuntime::cancelled`]), [`FakeRuntime::omit_next_sandbox_id`]
-//! breaks the CRI contract once, and [`FakeRuntime::calls`] is the call log. ExecSync runs
+//! breaks the CRI contract once, and [`FakeRuntime::calls`] is the call log.
+//! GetContainerEvents is Unimplemented, as in containerd 1.6, until
+//! [`FakeRuntime::offer_container_events`]; then, as containerd 1.7, a subscription gets no
+//! answer (not even headers) before its first event, which [`FakeRuntime::send_container_event`]
+//! sends. ExecSync runs
 //! nothing: it answers exit code 0 for a running container, so it is there to be delayed.
 
 mod hooks;
@@ -86,6 +90,10 @@ struct State {
     cancelled: Vec<&'static str>,
     /// The `traceparent` of every request that carried one.
     traceparents: Vec<String>,
+    /// Whether GetContainerEvents is served (containerd 1.7) or Unimplemented (1.6).
+    events_offered: bool,
+    /// The open GetContainerEvents streams.
+    event_subscribers: Vec<tokio::sync::mpsc::Sender<api::ContainerEventResponse>>,
 }
 
 impl State {

@@ -13,8 +13,39 @@ use super::{
 use crate::cri::api;
 use crate::cri::api::runtime_service_server::RuntimeService;
 
+/// What the generated trait's streaming methods answer with (its own alias is private).
+type EventStream<T> =
+    std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<T, Status>> + Send + 'static>>;
+
 #[tonic::async_trait]
 impl RuntimeService for FakeRuntime {
+    async fn get_container_events(
+        &self,
+        _request: Request<api::GetEventsRequest>,
+    ) -> Result<Response<EventStream<api::ContainerEventResponse>>, Status> {
+        self.enter("GetContainerEvents", |_| String::new(), None)
+            .await?;
+        let mut rx = {
+            let mut s = self.lock();
+            if !s.events_offered {
+                return Err(Status::unimplemented("unknown method GetContainerEvents"));
+            }
+            let (tx, rx) = tokio::sync::mpsc::channel(16);
+            s.event_subscribers.push(tx);
+            rx
+        };
+        // containerd sends its headers with the first event: the answer waits for it.
+        let Some(first) = rx.recv().await else {
+            return Err(Status::unavailable("the fake runtime stopped"));
+        };
+        let rest = tokio_stream::wrappers::ReceiverStream::new(rx);
+        let all = tokio_stream::StreamExt::map(
+            tokio_stream::StreamExt::chain(tokio_stream::iter([first]), rest),
+            Ok,
+        );
+        Ok(Response::new(Box::pin(all)))
+    }
+
     async fn version(
         &self,
         request: Request<api::VersionRequest>,
