@@ -135,7 +135,7 @@ expect() {
 check_pleg() {
 	local version metrics successes
 	version="$(in_vm 'containerd --version | cut -d" " -f3')"
-	metrics="$(in_vm 'curl -sf --max-time 10 http://127.0.0.1:10255/metrics')" ||
+	metrics="$(in_vm 'curl -sf --max-time 60 http://127.0.0.1:10255/metrics')" ||
 		fail "/metrics did not answer"
 	successes="$(awk '$1 == "kubelet_evented_pleg_connection_success_count" { print $2 }' <<<"$metrics")"
 	if [[ "$(printf '%s\n' 1.7 "${version%%~*}" | sort -V | head -1)" == 1.7 ]]; then
@@ -197,7 +197,7 @@ main() {
 	wait_for "/stats/summary: pod limits with CPU and memory" 60 \
 		"curl -sf --max-time 10 http://127.0.0.1:10255/stats/summary | jq -e '.pods[] | select(.podRef.name == \"limits-vm1\") | select(.cpu.usageCoreNanoSeconds > 0 and .memory.workingSetBytes > 0)'"
 	local metrics
-	metrics="$(in_vm 'curl -sf --max-time 10 http://127.0.0.1:10255/metrics/cadvisor')" ||
+	metrics="$(in_vm 'curl -sf --max-time 60 http://127.0.0.1:10255/metrics/cadvisor')" ||
 		fail "/metrics/cadvisor did not answer"
 	local family
 	for family in container_memory_working_set_bytes container_cpu_usage_seconds_total; do
