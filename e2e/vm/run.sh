@@ -18,7 +18,7 @@
 #           (packaging/deb/build.sh, or $KRS_VM_DEB) with dpkg and imports the test bed's images
 #           (pause, busybox: hack/testbed/images.sh --list). Default memory 2048 MiB per VM.
 #           --share DIR (read-only) and --share-rw DIR mount the machine's DIR at the same path in
-#           every VM (virtio 9p), for `test`.
+#           every VM (virtio 9p), for `test` and `conformance`.
 #   exec    runs CMD as root in NODE (vm1..) over ssh and exits with its status
 #   kubeadm kubeadm v1.20.2 init on vm1 and join on the others, our kubelet on each
 #           (e2e/vm/kubeadm.sh); --check then judges the cluster: a Deployment over the nodes,
