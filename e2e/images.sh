@@ -377,11 +377,7 @@ main() {
 			exit 2
 		fi
 		krs_require_root
-		krs_instance_vars "$1"
-		krs_running_pid "$KRS_I_PIDFILE" "$KRS_I_CONFIG" >/dev/null ||
-			krs_die "containerd $KRS_I_NAME is not running: hack/testbed/containerd.sh start $KRS_I_NAME"
-		if [[ -n "${KRS_PREBUILT_IMAGES:-}" ]]; then
-			import_prebuilt "$KRS_PREBUILT_IMAGES"
+		if imported_prebuilt_into "$1"; then
 			return 0
 		fi
 		# pause (k8s.gcr.io/pause:3.2 among its names) and busybox (docker.io/library/busybox:1.29).

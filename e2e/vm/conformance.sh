@@ -27,9 +27,6 @@ source "$HERE/lib.sh"
 
 MEMORY=8192
 RESULTS_AS=node-conformance-cgroupv2
-# Seconds each control-plane component has to come up: under TCG kube-apiserver's bootstrap
-# alone can take two minutes, hack/cluster/up.sh's default.
-CLUSTER_TIMEOUT=600
 ARTIFACTS_ROOT=/var/tmp/kubelet-rs-vm-e2e
 
 usage() { sed -n '2,4p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; }
@@ -48,36 +45,25 @@ main() {
 	done
 	[[ "$kubelet" == ours || "$kubelet" == upstream ]] || { usage; exit 2; }
 	vm_require_root
-	[[ ! -e "$VM_RUN/nodes" ]] ||
-		vm_die "a VM bed is up already (e2e/vm/run.sh status); e2e/vm/run.sh down first"
-	export KRS_CACHE_DIR="${KRS_CACHE_DIR:-/var/cache/kubelet-rs}"
-	export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$KRS_CACHE_DIR/target}"
-	# shellcheck source=hack/upstream/lib.sh
-	source "$VM_REPO/hack/upstream/lib.sh"
+	vm_build_begin
 
-	local t0=$SECONDS list bin="$CARGO_TARGET_DIR/release/kubelet"
+	local t0=$SECONDS bin="$CARGO_TARGET_DIR/release/kubelet"
 	vm_log "building what the VM runs"
 	krs_upstream_ensure cluster e2e e2e-images upstream tests
 	# Ours is the kubelet under test, or with --kubelet upstream the one the VM's package holds.
 	(cd "$VM_REPO" && cargo build --release --bin kubelet) >&2
-	list="$(mktemp /var/tmp/krs-vm-e2e-images.XXXXXX)"
-	# shellcheck disable=SC2064 # this very file goes on every exit path
-	trap "rm -f '$list'" EXIT
-	"$VM_REPO/e2e/images.sh" --tarballs "$list" 2>/dev/null
-	vm_log "built in $((SECONDS - t0)) s ($(wc -l <"$list") image tarballs)"
+	"$VM_REPO/e2e/images.sh" --tarballs "$VM_BUILT_LIST" 2>/dev/null
+	vm_log "built in $((SECONDS - t0)) s ($(wc -l <"$VM_BUILT_LIST") image tarballs)"
 
-	local share_args=() artifacts="$ARTIFACTS_ROOT/$kubelet"
-	mapfile -t share_args < <(vm_build_shares)
+	local artifacts="$ARTIFACTS_ROOT/$kubelet"
 	rm -rf "$artifacts"
 	mkdir -p "$ARTIFACTS_ROOT" "$VM_REPO/e2e/results"
-	# The parent is shared: e2e/run.sh empties its artifacts folder by removing it.
-	share_args+=(--share-rw "$VM_REPO/e2e/results" --share-rw "$ARTIFACTS_ROOT")
 	export KRS_DEB_KUBELET="${KRS_DEB_KUBELET:-$bin}"
-	"$HERE/run.sh" up --nodes 1 --suite "$suite" --memory "$MEMORY" "${share_args[@]}"
-	((keep)) || trap "rm -f '$list'; \"$HERE/run.sh\" down" EXIT
+	# The parent is shared: e2e/run.sh empties its artifacts folder by removing it.
+	vm_up_built "$suite" "$MEMORY" "$keep" \
+		--share-rw "$VM_REPO/e2e/results" --share-rw "$ARTIFACTS_ROOT"
 	# The VM's own kubelet service would run pods beside the harness's node: it stays off.
 	vm_ssh 1 'systemctl disable --now kubelet.service >/dev/null 2>&1 || true' </dev/null
-	vm_ssh 1 'cat >/var/tmp/krs-vm-images.list' <"$list"
 
 	local args=(--kubelet "$kubelet" --parallel "$parallel" --artifacts "$artifacts")
 	if [[ -n "$focus" ]]; then
@@ -86,13 +72,11 @@ main() {
 		args+=(--suite node-conformance --results-as "$RESULTS_AS")
 	fi
 	local env quoted status=0 t1=$SECONDS
-	env="$(printf 'export %s=%q\n' KRS_CACHE_DIR "$KRS_CACHE_DIR" CARGO_TARGET_DIR "$CARGO_TARGET_DIR" \
-		KRS_UPSTREAM_CACHE "$KRS_UPSTREAM_CACHE" KRS_PREBUILT_IMAGES /var/tmp/krs-vm-images.list \
-		KRS_CLUSTER_START_TIMEOUT "$CLUSTER_TIMEOUT" KRS_CTR_TIMEOUT 900)"
+	env="$(vm_built_env)"
 	[[ "$kubelet" != ours ]] || env+=$'\n'"$(printf 'export KRS_E2E_KUBELET=%q' "$bin")"
 	printf -v quoted '%q ' "$VM_REPO/e2e/run.sh" "${args[@]}"
 	vm_log "in vm1: e2e/run.sh ${args[*]}"
-	vm_ssh 1 "$env"$'\n'"export PATH=\"\$KRS_UPSTREAM_CACHE/bin:\$PATH\"; $quoted" </dev/null || status=$?
+	vm_ssh 1 "$env"$'\n'"$quoted" </dev/null || status=$?
 	vm_log "e2e/run.sh in the VM ended with status $status after $((SECONDS - t1)) s"
 	[[ -z "$focus" ]] || return "$status"
 	[[ -s "$VM_REPO/e2e/results/$RESULTS_AS/$kubelet/summary.md" ]] &&

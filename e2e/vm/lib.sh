@@ -87,10 +87,53 @@ vm_build_shares() {
 	local dirs=("$VM_REPO") d k kept=()
 	dirs+=("$(realpath "$CARGO_TARGET_DIR")" "$(realpath "$KRS_CACHE_DIR")")
 	for d in "${dirs[@]}"; do
-		for k in "${dirs[@]}" "${kept[@]}"; do
+		for k in "${dirs[@]}"; do
 			[[ "$d" == "$k"/* ]] && continue 2
 		done
 		[[ " ${kept[*]} " == *" $d "* ]] || kept+=("$d")
 	done
 	printf -- '--share\n%s\n' "${kept[@]}"
+}
+
+# Where a VM of `test` or `conformance` finds the image tarballs' list (KRS_PREBUILT_IMAGES).
+VM_IMAGE_LIST=/var/tmp/krs-vm-images.list
+
+# vm_build_begin: the machine's side of running in a VM what is built here. Refuses a bed that is
+# up (before minutes of building), sets KRS_CACHE_DIR and CARGO_TARGET_DIR as hack/test.sh does,
+# sources hack/upstream/lib.sh, and makes VM_BUILT_LIST, the file for the image tarballs' list
+# (images.sh --list), removed on exit.
+vm_build_begin() {
+	[[ ! -e "$VM_RUN/nodes" ]] ||
+		vm_die "a VM bed is up already (e2e/vm/run.sh status); e2e/vm/run.sh down first"
+	export KRS_CACHE_DIR="${KRS_CACHE_DIR:-/var/cache/kubelet-rs}"
+	export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$KRS_CACHE_DIR/target}"
+	mkdir -p "$CARGO_TARGET_DIR"
+	# shellcheck source=hack/upstream/lib.sh
+	source "$VM_REPO/hack/upstream/lib.sh"
+	VM_BUILT_LIST="$(mktemp /var/tmp/krs-vm-images.XXXXXX)"
+	# shellcheck disable=SC2064 # this very file goes on every exit path
+	trap "rm -f '$VM_BUILT_LIST'" EXIT
+}
+
+# vm_up_built SUITE MIB KEEP [UP ARGS...]: vm1 up (e2e/vm/run.sh up) with the build shares, then
+# UP ARGS (more shares), and VM_BUILT_LIST at VM_IMAGE_LIST in it; taken down on exit unless KEEP.
+vm_up_built() {
+	local suite="$1" memory="$2" keep="$3" shares=()
+	shift 3
+	mapfile -t shares < <(vm_build_shares)
+	"$VM_HERE/run.sh" up --nodes 1 --suite "$suite" --memory "$memory" "${shares[@]}" "$@"
+	# shellcheck disable=SC2064 # expand now
+	((keep)) || trap "rm -f '$VM_BUILT_LIST'; '$VM_HERE/run.sh' down" EXIT
+	vm_ssh 1 "cat >$VM_IMAGE_LIST" <"$VM_BUILT_LIST"
+}
+
+# vm_built_env: export lines for a shell in the VM: the caches at the machine's paths, the
+# upstream binaries on PATH, the prebuilt images, and time limits for software emulation
+# (kube-apiserver's bootstrap alone can outlast hack/cluster/up.sh's 120 s, and importing agnhost
+# image_lib's 120 s).
+vm_built_env() {
+	printf 'export %s=%q\n' KRS_CACHE_DIR "$KRS_CACHE_DIR" CARGO_TARGET_DIR "$CARGO_TARGET_DIR" \
+		KRS_UPSTREAM_CACHE "$KRS_UPSTREAM_CACHE" KRS_PREBUILT_IMAGES "$VM_IMAGE_LIST" \
+		KRS_CLUSTER_START_TIMEOUT 600 KRS_CTR_TIMEOUT 900
+	printf 'export PATH=%q:"$PATH"\n' "$KRS_UPSTREAM_BIN_DIR"
 }

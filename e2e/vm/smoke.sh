@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Usage: e2e/vm/smoke.sh [--suite bookworm|trixie]      (e2e/vm/run.sh smoke; as root)
 #
-# The cgroup v2 smoke of hack/test.sh: brings up one VM of its own (bookworm unless --suite) (e2e/vm/run.sh up; a bed an
-# earlier run left is taken down first, KRS_VM_REUSE=1 uses it instead), and on it, with the kubelet our Debian package installed, as systemd runs it:
+# The cgroup v2 smoke of hack/test.sh: brings up one VM of its own, bookworm unless --suite
+# (e2e/vm/run.sh up; a bed an earlier run left is taken down first, KRS_VM_REUSE=1 uses it
+# instead), and on it, with the kubelet our Debian package installed, as systemd runs it:
 #   1. configures it as a standalone node on the systemd cgroup driver (a drop-in beside the
 #      package's unit, the way kubeadm's works; /var/lib/kubelet/config.yaml with podPidsLimit)
 #      and puts two static pods in /etc/kubernetes/manifests: "limits" (Burstable: requests cpu

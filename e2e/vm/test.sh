@@ -52,7 +52,6 @@ IN_VM=$(
 	cat <<'VMEOF'
 set -uo pipefail
 cd "$KRS_VM_REPO"
-export PATH="$KRS_UPSTREAM_BIN_DIR:$PATH"
 log() { printf '[vm1 %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 hack/testbed/containerd.sh start krs >/dev/null || { log "containerd krs did not start"; exit 1; }
 hack/testbed/images.sh krs || exit 1
@@ -100,44 +99,26 @@ main() {
 		esac
 	done
 	vm_require_root
-	if [[ -e "$VM_RUN/nodes" ]]; then
-		vm_die "a VM bed is up already (e2e/vm/run.sh status); e2e/vm/run.sh down first"
-	fi
-	export KRS_CACHE_DIR="${KRS_CACHE_DIR:-/var/cache/kubelet-rs}"
-	export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$KRS_CACHE_DIR/target}"
-	mkdir -p "$CARGO_TARGET_DIR"
-	# shellcheck source=hack/upstream/lib.sh
-	source "$VM_REPO/hack/upstream/lib.sh"
+	vm_build_begin
 
-	local t0=$SECONDS tests list
+	local t0=$SECONDS tests
 	vm_log "building the test binaries (cargo test --no-run: ${TESTS[*]})"
 	tests="$(build_tests)"
 	[[ "$(wc -l <<<"$tests")" -eq "${#TESTS[@]}" ]] ||
 		vm_die "cargo test --no-run gave $(wc -l <<<"$tests") test binaries for ${#TESTS[@]} targets"
 	krs_upstream_ensure cluster tests
-	list="$(mktemp /var/tmp/krs-vm-images.XXXXXX)"
-	# shellcheck disable=SC2064 # this very file goes on every exit path
-	trap "rm -f '$list'" EXIT
-	"$VM_REPO/hack/testbed/images.sh" --list "$list" 2>/dev/null
+	"$VM_REPO/hack/testbed/images.sh" --list "$VM_BUILT_LIST" 2>/dev/null
 	vm_log "built in $((SECONDS - t0)) s"
 
-	local share_args=()
-	mapfile -t share_args < <(vm_build_shares)
 	# The VM's own kubelet service is not what the tests run: the debug kubelet they start goes
 	# into the package too, sparing a release build.
 	export KRS_DEB_KUBELET="${KRS_DEB_KUBELET:-$CARGO_TARGET_DIR/debug/kubelet}"
-	"$HERE/run.sh" up --nodes 1 --suite "$suite" --memory "$MEMORY" "${share_args[@]}"
-	((keep)) || trap "rm -f '$list'; \"$HERE/run.sh\" down" EXIT
-
-	vm_ssh 1 'cat >/var/tmp/krs-vm-images.list' <"$list"
+	vm_up_built "$suite" "$MEMORY" "$keep"
 	vm_ssh 1 'cat >/var/tmp/krs-vm-tests.list' <<<"$tests"
 	vm_ssh 1 'rm -f /var/tmp/krs-vm-test.summary'
 	local env args="" status=0 t1=$SECONDS
-	env="$(printf 'export %s=%q\n' KRS_VM_REPO "$VM_REPO" KRS_CACHE_DIR "$KRS_CACHE_DIR" \
-		CARGO_TARGET_DIR "$CARGO_TARGET_DIR" KRS_UPSTREAM_CACHE "$KRS_UPSTREAM_CACHE" \
-		KRS_UPSTREAM_BIN_DIR "$KRS_UPSTREAM_BIN_DIR" KRS_VM_TEST_TIMEOUT "$TEST_TIMEOUT" \
-		KRS_IT_MACHINE_SYSTEMD 1 KRS_PREBUILT_IMAGES /var/tmp/krs-vm-images.list \
-		KRS_CLUSTER_START_TIMEOUT 600 KRS_CTR_TIMEOUT 900)"
+	env="$(vm_built_env)"$'\n'"$(printf 'export %s=%q\n' KRS_VM_REPO "$VM_REPO" \
+		KRS_VM_TEST_TIMEOUT "$TEST_TIMEOUT" KRS_IT_MACHINE_SYSTEMD 1)"
 	((${#filter[@]} == 0)) || printf -v args '%q ' "${filter[@]}"
 	vm_ssh 1 "bash -c $(printf %q "$env"$'\n'"$IN_VM") krs-vm-test $args" </dev/null ||
 		status=$?

@@ -134,6 +134,17 @@ name_args() {
 	for name in "$@"; do printf -- '--name\n%s\n' "$name"; done
 }
 
+# imported_prebuilt_into INSTANCE: import_image fills the running containerd INSTANCE from now
+# on. Where the images come prebuilt (KRS_PREBUILT_IMAGES), they are all imported now and it
+# succeeds: the caller builds nothing. Otherwise it fails, and the caller builds.
+imported_prebuilt_into() {
+	krs_instance_vars "$1"
+	krs_running_pid "$KRS_I_PIDFILE" "$KRS_I_CONFIG" >/dev/null ||
+		krs_die "containerd $KRS_I_NAME is not running: hack/testbed/containerd.sh start $KRS_I_NAME"
+	[[ -n "${KRS_PREBUILT_IMAGES:-}" ]] || return 1
+	import_prebuilt "$KRS_PREBUILT_IMAGES"
+}
+
 # import_prebuilt FILE: every "TAR NAME..." line of FILE imported (KRS_PREBUILT_IMAGES).
 import_prebuilt() {
 	local file="$1" line

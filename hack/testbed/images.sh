@@ -56,14 +56,8 @@ main() {
 		exit 2
 	fi
 	krs_require_root
-	if [[ -z "${KRS_IMAGE_LIST_OUT:-}" ]]; then
-		krs_instance_vars "${1:-$KRS_DEFAULT_INSTANCE}"
-		krs_running_pid "$KRS_I_PIDFILE" "$KRS_I_CONFIG" >/dev/null ||
-			krs_die "containerd $KRS_I_NAME is not running: hack/testbed/containerd.sh start $KRS_I_NAME"
-		if [[ -n "${KRS_PREBUILT_IMAGES:-}" ]]; then
-			import_prebuilt "$KRS_PREBUILT_IMAGES"
-			return 0
-		fi
+	if [[ -z "${KRS_IMAGE_LIST_OUT:-}" ]] && imported_prebuilt_into "${1:-$KRS_DEFAULT_INSTANCE}"; then
+		return 0
 	fi
 	[[ -x /bin/busybox ]] || krs_die "/bin/busybox missing: run hack/testbed/install.sh"
 

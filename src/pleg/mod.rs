@@ -376,31 +376,48 @@ mod tests {
         assert!(changed(&fp2, &g2).is_empty());
     }
 
-    /// A PLEG on the fake runtime, relisting every second unless container events are `live`;
-    /// the sender wakes it as an event would.
-    fn evented_pleg(
-        fake: &FakeCri,
-        live: bool,
-    ) -> (
-        Pleg,
-        mpsc::Receiver<String>,
-        mpsc::Sender<()>,
-        watch::Sender<bool>,
-    ) {
-        let (tx, events) = mpsc::channel(16);
-        let (mut pleg, _) = Pleg::new(
-            fake.client.clone(),
-            RELIST_PERIOD,
-            tx,
-            Arc::new(PlegHealth::default()),
-        );
-        let (wake_tx, wake) = mpsc::channel(1);
-        let (live_tx, live_rx) = watch::channel(live);
-        pleg.container_events = Some(events::EventOutputs {
-            wake,
-            live: live_rx,
-        });
-        (pleg, events, wake_tx, live_tx)
+    /// A PLEG running on the fake runtime with container events live, driven by hand: `wake`
+    /// as an event would, `live` as the event task would.
+    struct EventedPleg {
+        events: mpsc::Receiver<String>,
+        wake: mpsc::Sender<()>,
+        live: watch::Sender<bool>,
+        cancel: CancellationToken,
+        run: tokio::task::JoinHandle<()>,
+    }
+
+    impl EventedPleg {
+        /// Started, and past its first relist (at once, of an empty runtime).
+        async fn start(fake: &FakeCri) -> Self {
+            let (tx, events) = mpsc::channel(16);
+            let (mut pleg, _) = Pleg::new(
+                fake.client.clone(),
+                RELIST_PERIOD,
+                tx,
+                Arc::new(PlegHealth::default()),
+            );
+            let (wake, wake_rx) = mpsc::channel(1);
+            let (live, live_rx) = watch::channel(true);
+            pleg.container_events = Some(events::EventOutputs {
+                wake: wake_rx,
+                live: live_rx,
+            });
+            let cancel = CancellationToken::new();
+            let run = tokio::spawn(pleg.run(cancel.clone()));
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            EventedPleg {
+                events,
+                wake,
+                live,
+                cancel,
+                run,
+            }
+        }
+
+        async fn stop(self) {
+            self.cancel.cancel();
+            self.run.await.unwrap();
+        }
     }
 
     async fn add_pod(fake: &FakeCri, uid: &str) {
@@ -420,37 +437,28 @@ mod tests {
     #[tokio::test]
     async fn while_events_flow_an_event_relists_and_the_timer_waits() {
         let fake = FakeCri::start(Duration::from_secs(5)).await;
-        let (pleg, mut events, wake, _live) = evented_pleg(&fake, true);
-        let cancel = CancellationToken::new();
-        let run = tokio::spawn(pleg.run(cancel.clone()));
-        // The first relist (at once) sees an empty runtime.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut p = EventedPleg::start(&fake).await;
         add_pod(&fake, "u1").await;
-        let quiet = tokio::time::timeout(Duration::from_millis(1500), events.recv()).await;
+        let quiet = tokio::time::timeout(Duration::from_millis(1500), p.events.recv()).await;
         assert!(quiet.is_err(), "relisted on the timer while events flow");
-        wake.send(()).await.unwrap();
-        let woke = tokio::time::timeout(Duration::from_millis(800), events.recv()).await;
+        p.wake.send(()).await.unwrap();
+        let woke = tokio::time::timeout(Duration::from_millis(800), p.events.recv()).await;
         assert_eq!(woke.ok().flatten().as_deref(), Some("u1"));
-        cancel.cancel();
-        run.await.unwrap();
+        p.stop().await;
     }
 
     #[tokio::test]
     async fn without_events_the_timer_relists_every_second() {
         let fake = FakeCri::start(Duration::from_secs(5)).await;
-        let (pleg, mut events, wake, live) = evented_pleg(&fake, true);
-        let cancel = CancellationToken::new();
-        let run = tokio::spawn(pleg.run(cancel.clone()));
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut p = EventedPleg::start(&fake).await;
         // The stream broke: the event task says so and wakes the PLEG.
-        live.send_replace(false);
-        wake.send(()).await.unwrap();
+        p.live.send_replace(false);
+        p.wake.send(()).await.unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
         add_pod(&fake, "u2").await;
-        let found = tokio::time::timeout(Duration::from_millis(2500), events.recv()).await;
+        let found = tokio::time::timeout(Duration::from_millis(2500), p.events.recv()).await;
         assert_eq!(found.ok().flatten().as_deref(), Some("u2"));
-        cancel.cancel();
-        run.await.unwrap();
+        p.stop().await;
     }
 
     #[tokio::test]

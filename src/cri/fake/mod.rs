@@ -16,12 +16,13 @@
 //! container's process, [`FakeRuntime::fail_next`] makes the next call of an RPC fail before
 //! the runtime acts on it, [`FakeRuntime::delay`] holds an RPC (a delayed call that the client
 //! abandons is listed by [`FakeRuntime::cancelled`]), [`FakeRuntime::omit_next_sandbox_id`]
-//! breaks the CRI contract once, and [`FakeRuntime::calls`] is the call log.
+//! breaks the CRI contract once, and [`FakeRuntime::calls`] is the call log. ExecSync runs
+//! nothing: it answers exit code 0 for a running container, so it is there to be delayed.
+//!
 //! GetContainerEvents is Unimplemented, as in containerd 1.6, until
 //! [`FakeRuntime::offer_container_events`]; then, as containerd 1.7, a subscription gets no
 //! answer (not even headers) before its first event, which [`FakeRuntime::send_container_event`]
-//! sends. ExecSync runs
-//! nothing: it answers exit code 0 for a running container, so it is there to be delayed.
+//! sends.
 
 mod hooks;
 mod image_service;
