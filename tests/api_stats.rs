@@ -35,6 +35,12 @@ fn sample(text: &str, prefix: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// Whether the kernel keeps pressure stall information for cgroups here: cgroup v2 with PSI
+/// compiled in and not turned off at boot (then /proc/pressure cannot be read).
+fn psi_here() -> bool {
+    cgroup_v2_host() && std::fs::read_to_string("/proc/pressure/cpu").is_ok()
+}
+
 fn metrics(k: &Kubelet, path: &str) -> String {
     match http_get(k.ro_port, path) {
         Some((200, body)) => body,
@@ -133,6 +139,24 @@ fn summary_and_metrics_for_a_running_pod() {
         "{pod}"
     );
 
+    // Pressure stall information where the kernel keeps it per cgroup (v2 with PSI on), as
+    // upstream's KubeletPSI reports it: some and full for CPU, memory and IO of the node, the
+    // pod and the container. v1 keeps none per cgroup, and none is reported.
+    let c = &pod["containers"][0];
+    for (what, v) in [("node", &s["node"]), ("pod", pod), ("container", c)] {
+        for resource in ["cpu", "memory", "io"] {
+            let psi = &v[resource]["psi"];
+            if psi_here() {
+                for line in ["some", "full"] {
+                    assert!(psi[line]["total"].is_u64(), "{what} {resource}: {psi}");
+                    assert!(psi[line]["avg10"].is_f64(), "{what} {resource}: {psi}");
+                }
+            } else {
+                assert!(psi.is_null(), "{what} {resource}: {psi}");
+            }
+        }
+    }
+
     let small = summary(&k, "?only_cpu_and_memory=true").expect("cpu and memory summary");
     assert!(small["node"]["fs"].is_null() && small["node"]["network"].is_null());
     assert!(positive(&small["node"]["memory"]["workingSetBytes"]));
@@ -228,6 +252,15 @@ fn summary_and_metrics_for_a_running_pod() {
         "{cad}"
     );
     // Every per-container family has a reading for the container, on cgroup v1 as on v2.
+    let value = |family: &str| {
+        cad.lines()
+            .find(|l| {
+                l.starts_with(&format!("{family}{{container=\"main\""))
+                    && l.contains(&format!("pod=\"{full_name}\""))
+            })
+            .and_then(|l| l.rsplit_once('}')?.1.split_whitespace().next())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
     for family in [
         "container_cpu_usage_seconds_total",
         "container_memory_usage_bytes",
@@ -235,15 +268,20 @@ fn summary_and_metrics_for_a_running_pod() {
         "container_memory_rss",
         "container_start_time_seconds",
     ] {
-        let value = cad
-            .lines()
-            .find(|l| {
-                l.starts_with(&format!("{family}{{container=\"main\""))
-                    && l.contains(&format!("pod=\"{full_name}\""))
-            })
-            .and_then(|l| l.rsplit_once('}')?.1.split_whitespace().next())
-            .and_then(|v| v.parse::<f64>().ok());
-        assert!(value > Some(0.0), "{family} for main: {value:?}\n{cad}");
+        let v = value(family);
+        assert!(v > Some(0.0), "{family} for main: {v:?}\n{cad}");
+    }
+    // The pressure counters are there exactly where the Summary has PSI.
+    for resource in ["cpu", "memory", "io"] {
+        for kind in ["stalled", "waiting"] {
+            let family = format!("container_pressure_{resource}_{kind}_seconds_total");
+            let v = value(&family);
+            assert_eq!(
+                v.is_some_and(|v| v >= 0.0),
+                psi_here(),
+                "{family}: {v:?}\n{cad}"
+            );
+        }
     }
 
     let probes = http_get(k.ro_port, "/metrics/probes").expect("probes");

@@ -2,7 +2,8 @@
 //! reports reason OOMKilled and exit code 137. On this bed containerd itself says `Error`
 //! (the pod cgroup, with the same limit and the pause process in it, is the one that runs
 //! out), so the reason comes from our reading of the kernel log, which a restarted kubelet reads
-//! again from what the ring buffer holds, so the reason stays. A node-level OOM cannot be
+//! again from what the ring buffer holds, so the reason stays. On cgroup v2 the container
+//! cgroup's memory.events counter must have seen the kill as well. A node-level OOM cannot be
 //! provoked safely on a shared machine: SystemOOM is covered by the parser's unit tests.
 
 mod common;
@@ -91,6 +92,16 @@ fn memory_hog_is_oom_killed() {
         "no OOM kill of {id} in the log:\n{}",
         tail(&k.log(), 40)
     );
+    // On cgroup v2 the container's own memory.events counted it too (e2e/vm/run.sh test).
+    if cgroup_v2_host() {
+        assert!(
+            k.log()
+                .lines()
+                .any(|l| l.contains("counted in the container's memory.events") && l.contains(id)),
+            "memory.events did not count the kill of {id}:\n{}",
+            tail(&k.log(), 40)
+        );
+    }
 
     k.cleanup();
 }

@@ -145,6 +145,26 @@ impl CgroupManager {
             .then(|| self.driver.literal(&self.node_name()))
     }
 
+    /// On cgroup v2 with cgroupsPerQOS, the directories pod cgroups are made in: the node
+    /// cgroup (Guaranteed pods) and its burstable and besteffort children.
+    pub fn qos_dirs_v2(&self) -> Vec<std::path::PathBuf> {
+        let Layout::V2(root) = self.layout() else {
+            return Vec::new();
+        };
+        if !self.cgroups_per_qos {
+            return Vec::new();
+        }
+        CLASSES
+            .iter()
+            .map(|q| {
+                let name = self.driver.literal(&self.qos_name(*q));
+                driver::components(&name)
+                    .iter()
+                    .fold(root.clone(), |p, c| p.join(c))
+            })
+            .collect()
+    }
+
     /// The cgroup parent to hand the runtime for this pod's sandbox and containers,
     /// e.g. "/kubepods/burstable/pod<uid>" (cgroupfs) or
     /// "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice".

@@ -65,7 +65,7 @@ fn memory_now(cgroups: &CgroupManager) -> Observations {
     }
     if let Some(kubepods) = cgroups.node_cgroup() {
         let dirs = crate::stats::cgroup::dirs(cgroups.layout(), &kubepods);
-        if let Some(m) = crate::stats::cgroup::sample(&dirs).memory
+        if let Some(m) = crate::stats::cgroup::sample(&dirs, false).memory
             && let Some(limit) = m.limit
         {
             out.insert(

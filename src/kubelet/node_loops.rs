@@ -58,7 +58,13 @@ pub(super) fn spawn(
         core.node_name.clone(),
     );
     let pod_logs_dir = std::path::PathBuf::from(&settings.config.pod_logs_dir);
-    let stats = Arc::new(stats.with_pod_logs_dir(pod_logs_dir));
+    // KubeletPSI is beta and on by default in upstream v1.34.
+    let psi = settings.config.feature_gates.get("KubeletPSI").copied();
+    let stats = Arc::new(
+        stats
+            .with_pod_logs_dir(pod_logs_dir)
+            .with_psi(psi.unwrap_or(true)),
+    );
     let allocatable_settings = AllocatableSettings::from(settings);
     let (facts, node_name) = (&core.host.facts, core.node_name.clone());
     let (cgroups, events) = (core.cgroups.clone(), core.events.clone());

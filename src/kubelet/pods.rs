@@ -32,7 +32,13 @@ pub(super) fn managers(
     cancel: &CancellationToken,
 ) -> (PodManagers, mpsc::Receiver<String>) {
     let (cri, events) = (&core.cri, &core.events);
-    let oom_kills = crate::oom::spawn(events.clone(), core.node_name.clone(), tasks, cancel);
+    let oom_kills = crate::oom::spawn(
+        events.clone(),
+        core.node_name.clone(),
+        core.cgroups.qos_dirs_v2(),
+        tasks,
+        cancel,
+    );
     let settings = RuntimeSettings::new(&core.settings, &core.host);
     let inputs = Arc::new(PodInputSource::new(core.api.clone()));
     let volumes = VolumeManager::new(

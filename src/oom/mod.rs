@@ -9,9 +9,12 @@
 //! process, but the OOM belongs to the pod cgroup and containerd says `Error`, exit 137.
 //! Upstream's kubelet passes that through; we do better without guessing from exit codes.
 //!
-//! Why not the cgroup counters (v1 `memory.oom_control` oom_kill, v2 `memory.events`): they
-//! live in the container's cgroup, which the runtime removes once the container has exited,
-//! often before our relist sees the exit, and v1 does not add them up into the pod cgroup.
+//! On cgroup v2 the container cgroups' `memory.events` counters are followed as well (see
+//! `memory_events`): they need no /dev/kmsg, but live only while the container's cgroup does,
+//! which the runtime removes once the container has exited, often before our relist sees the
+//! exit; so they are watched while the containers run. v1's `memory.oom_control` offers no
+//! such notification to a reader that did not register an eventfd per cgroup, and is left to
+//! the kernel log.
 //!
 //! The kernel writes one summary per kill with the victim's memory cgroup (`task_memcg`, the
 //! container's, whichever cgroup's limit was hit), and the container ID is that cgroup's
@@ -24,6 +27,7 @@
 //! The record is written while the kernel kills, before the process is gone, so it is in
 //! place well before the runtime reports the exit.
 
+mod memory_events;
 mod parse;
 mod watch;
 
@@ -100,12 +104,15 @@ pub fn handle_kill(kill: &OomKill, kills: &OomKills) -> Option<String> {
     kill.is_system_oom().then(|| system_oom_message(kill))
 }
 
-/// Starts the watcher in `tasks`; returns the record the runtime manager consults. Without a
-/// readable /dev/kmsg (an unprivileged container) the kubelet runs on, reporting what the
-/// runtime says, as upstream does when its watcher fails to start.
+/// Starts the watchers in `tasks`; returns the record the runtime manager consults. Without a
+/// readable /dev/kmsg (an unprivileged container) the kubelet runs on, with the cgroup
+/// counters alone on v2 and on v1 reporting what the runtime says, as upstream does when its
+/// watcher fails to start. `qos_dirs` are where pod cgroups are made on cgroup v2 (empty on
+/// v1 or without cgroupsPerQOS).
 pub fn spawn(
     events: crate::events::EventRecorder,
     node_name: String,
+    qos_dirs: Vec<std::path::PathBuf>,
     tasks: &mut crate::tasks::Tasks,
     cancel: &CancellationToken,
 ) -> Arc<OomKills> {
@@ -118,6 +125,14 @@ pub fn spawn(
     // Read now, before any pod's first status: see `Watcher::open_with_backlog`.
     let opened = watcher.open_with_backlog();
     tasks.background("OOM watcher", watcher.run(opened, cancel.child_token()));
+    if !qos_dirs.is_empty() {
+        match memory_events::MemoryEventsWatcher::new(kills.clone(), qos_dirs) {
+            Ok(w) => tasks.background("OOM counter watcher", w.run(cancel.child_token())),
+            Err(err) => {
+                tracing::warn!(%err, "Failed to follow the cgroups' OOM kill counters")
+            }
+        }
+    }
     kills
 }
 

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::cri::api;
 
-use super::cgroup::{CgroupSample, MemorySample};
+use super::cgroup::{CgroupSample, MemorySample, Pressure, PsiLine, PsiSet};
 use super::fs::{DiskUsage, FsInfo};
 use super::local::LocalSample;
 use super::procfs::DEFAULT_INTERFACE;
@@ -123,21 +123,61 @@ pub fn memory_stats(time: Time, m: &MemorySample) -> MemoryStats {
         rss_bytes: Some(m.rss),
         page_faults: Some(m.page_faults),
         major_page_faults: Some(m.major_page_faults),
+        psi: None,
     }
 }
+
+fn psi_stats(p: &Pressure) -> PsiStats {
+    let data = |l: &PsiLine| PsiData {
+        total: l.total_us,
+        avg10: l.avg10,
+        avg60: l.avg60,
+        avg300: l.avg300,
+    };
+    PsiStats {
+        full: data(&p.full),
+        some: data(&p.some),
+    }
+}
+
+/// Puts a cgroup's (or the node's) pressure into its CPU and memory stats; returns its IO
+/// stats, which are the IO pressure alone.
+fn add_psi(
+    psi: &PsiSet,
+    at: Option<SystemTime>,
+    cpu: &mut Option<CpuStats>,
+    memory: &mut Option<MemoryStats>,
+) -> Option<IoStats> {
+    if let Some(c) = cpu {
+        c.psi = psi.cpu.as_ref().map(psi_stats);
+    }
+    if let Some(m) = memory {
+        m.psi = psi.memory.as_ref().map(psi_stats);
+    }
+    psi.io.as_ref().map(|p| IoStats {
+        time: Time(at),
+        psi: Some(psi_stats(p)),
+    })
+}
+
+/// CPU, memory and IO of a pod or system cgroup.
+type CgroupStats = (Option<CpuStats>, Option<MemoryStats>, Option<IoStats>);
 
 fn cgroup_stats(
     key: String,
     at: Option<SystemTime>,
     s: &CgroupSample,
     rates: &mut Rates,
-) -> (Option<CpuStats>, Option<MemoryStats>) {
-    let cpu = s.cpu_usage_ns.map(|usage| CpuStats {
+) -> CgroupStats {
+    let mut cpu = s.cpu_usage_ns.map(|usage| CpuStats {
         time: Time(at),
         usage_nano_cores: rates.nano_cores(key, at, Some(usage)),
         usage_core_nano_seconds: Some(usage),
+        psi: None,
     });
-    (cpu, s.memory.as_ref().map(|m| memory_stats(Time(at), m)))
+    let mut memory = s.memory.as_ref().map(|m| memory_stats(Time(at), m));
+    let io = add_psi(&s.psi, at, &mut cpu, &mut memory);
+    (cpu, memory, io)
 }
 
 fn fs_stats(
@@ -182,6 +222,7 @@ fn container_memory(
         rss_bytes: uv(&m.rss_bytes).or(fb.rss_bytes),
         page_faults: uv(&m.page_faults).or(fb.page_faults),
         major_page_faults: uv(&m.major_page_faults).or(fb.major_page_faults),
+        psi: None,
     })
 }
 
@@ -201,6 +242,7 @@ fn container_cpu(
             time: Time(at),
             usage_nano_cores: computed.or(uv(&cpu.usage_nano_cores)),
             usage_core_nano_seconds: usage,
+            psi: None,
         });
     }
     let usage = cg?.cpu_usage_ns?;
@@ -208,6 +250,7 @@ fn container_cpu(
         time: Time(local_at),
         usage_nano_cores: rates.nano_cores(key, local_at, Some(usage)),
         usage_core_nano_seconds: Some(usage),
+        psi: None,
     })
 }
 
@@ -235,6 +278,9 @@ fn container_stats(inp: &Inputs, c: &api::Container, rates: &mut Rates) -> Conta
         ),
         ..Default::default()
     };
+    if let Some(cg) = cg {
+        out.io = add_psi(&cg.psi, inp.local.at, &mut out.cpu, &mut out.memory);
+    }
     let Some(fs) = inp.fs else {
         return out;
     };
@@ -346,6 +392,7 @@ fn sandbox_cpu_memory(
                 time: Time(at),
                 usage_nano_cores: computed.or(uv(&c.usage_nano_cores)),
                 usage_core_nano_seconds: usage,
+                psi: None,
             }
         });
     (cpu, container_memory(linux.memory.as_ref(), None, None))
@@ -431,12 +478,15 @@ fn pod_stats(
         details.push(detail(inp, &meta.uid, c, spec));
         containers.push(stats);
     }
-    let (cpu, memory) = match inp.local.pods.get(&meta.uid) {
+    let (cpu, memory, io) = match inp.local.pods.get(&meta.uid) {
         Some(cg) => cgroup_stats(format!("pod/{}", meta.uid), inp.local.at, cg, rates),
-        None => match inp.view.sandbox_stats.get(&sandbox.id) {
-            Some(s) => sandbox_cpu_memory(s, rates, &meta.uid),
-            None => summed(&containers),
-        },
+        None => {
+            let (cpu, memory) = match inp.view.sandbox_stats.get(&sandbox.id) {
+                Some(s) => sandbox_cpu_memory(s, rates, &meta.uid),
+                None => summed(&containers),
+            };
+            (cpu, memory, None)
+        }
     };
     let mut out = PodStats {
         pod_ref: PodReference {
@@ -447,6 +497,7 @@ fn pod_stats(
         start_time: Time::from_unix_nanos(sandbox.created_at),
         cpu,
         memory,
+        io,
         ..Default::default()
     };
     if let Some(fs) = inp.fs {
@@ -514,12 +565,13 @@ fn system_container(
     s: &CgroupSample,
     rates: &mut Rates,
 ) -> ContainerStats {
-    let (cpu, memory) = cgroup_stats(format!("sys/{name}"), at, s, rates);
+    let (cpu, memory, io) = cgroup_stats(format!("sys/{name}"), at, s, rates);
     ContainerStats {
         name: name.to_string(),
         start_time: start,
         cpu,
         memory,
+        io,
         ..Default::default()
     }
 }
@@ -552,10 +604,12 @@ fn node_stats(inp: &Inputs, rates: &mut Rates) -> NodeStats {
             time: Time(at),
             usage_nano_cores: rates.nano_cores("node".into(), at, Some(usage)),
             usage_core_nano_seconds: Some(usage),
+            psi: None,
         }),
         memory: l.node_memory.as_ref().map(|m| memory_stats(Time(at), m)),
         ..Default::default()
     };
+    node.io = add_psi(&l.node_psi, at, &mut node.cpu, &mut node.memory);
     let Some(fs) = inp.fs else {
         return node;
     };

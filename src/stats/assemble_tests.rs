@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::stats::cgroup::MemorySample;
+use crate::stats::cgroup::{MemorySample, Pressure, PsiLine, PsiSet};
 
 const SEC: i64 = 1_000_000_000;
 
@@ -97,6 +97,7 @@ fn local() -> LocalSample {
             limit: Some(1 << 30),
             ..mem(1 << 29, 1 << 28)
         }),
+        node_psi: PsiSet::default(),
         node_swap: Some((0, 0)),
         node_interfaces: vec![InterfaceStats {
             name: "eth0".into(),
@@ -108,6 +109,7 @@ fn local() -> LocalSample {
         kubelet: CgroupSample {
             cpu_usage_ns: Some(7),
             memory: Some(mem(50, 40)),
+            ..Default::default()
         },
         kubepods: None,
         pods: HashMap::from([(
@@ -115,6 +117,7 @@ fn local() -> LocalSample {
             CgroupSample {
                 cpu_usage_ns: Some(6 * SEC as u64),
                 memory: Some(mem(9000, 8000)),
+                ..Default::default()
             },
         )]),
         containers: HashMap::from([(
@@ -122,6 +125,7 @@ fn local() -> LocalSample {
             CgroupSample {
                 cpu_usage_ns: Some(1),
                 memory: Some(mem(5000, 4000)),
+                ..Default::default()
             },
         )]),
         sandbox_interfaces: HashMap::from([(
@@ -407,4 +411,62 @@ fn runtime_sandbox_network_is_preferred() {
         "collection time when the runtime gives none"
     );
     assert_eq!(net.interfaces.len(), 1);
+}
+
+fn pressure(total_us: u64) -> Option<Pressure> {
+    let line = |total_us| PsiLine {
+        total_us,
+        avg10: 1.5,
+        avg60: 0.5,
+        avg300: 0.25,
+    };
+    Some(Pressure {
+        some: line(total_us),
+        full: line(total_us / 2),
+    })
+}
+
+#[test]
+fn pressure_goes_where_upstream_puts_it() {
+    let cache = CpuRates::default();
+    let mut l = local();
+    let all = |base| PsiSet {
+        cpu: pressure(base),
+        memory: pressure(base + 2),
+        io: pressure(base + 4),
+    };
+    l.node_psi = all(100);
+    l.pods.get_mut("uid1").unwrap().psi = all(200);
+    l.containers.get_mut("c1").unwrap().psi = PsiSet {
+        io: None,
+        ..all(300)
+    };
+    let out = run(&view(), &l, None, &mut reader(&cache));
+    let node = &out.summary.node;
+    let cpu_psi = node.cpu.as_ref().unwrap().psi.unwrap();
+    assert_eq!((cpu_psi.some.total, cpu_psi.full.total), (100, 50));
+    assert_eq!(cpu_psi.some.avg10, 1.5);
+    assert_eq!(node.memory.as_ref().unwrap().psi.unwrap().some.total, 102);
+    let io = node.io.as_ref().unwrap();
+    assert_eq!(
+        (io.time, io.psi.unwrap().some.total),
+        (Time(at(2_000)), 104)
+    );
+
+    let pod = &out.summary.pods[0];
+    assert_eq!(pod.cpu.as_ref().unwrap().psi.unwrap().some.total, 200);
+    assert_eq!(pod.memory.as_ref().unwrap().psi.unwrap().full.total, 101);
+    assert_eq!(pod.io.as_ref().unwrap().psi.unwrap().some.total, 204);
+
+    // The container's CPU and memory come from the runtime; its pressure from its cgroup.
+    let c = &pod.containers[0];
+    assert_eq!(c.cpu.as_ref().unwrap().psi.unwrap().some.total, 300);
+    assert_eq!(c.memory.as_ref().unwrap().psi.unwrap().some.total, 302);
+    assert!(c.io.is_none(), "no io.pressure, no io stats");
+
+    // Without PSI (v1, or the gate off) nothing changes.
+    let out = run(&view(), &local(), None, &mut reader(&cache));
+    let node = &out.summary.node;
+    assert!(node.io.is_none() && node.cpu.as_ref().unwrap().psi.is_none());
+    assert!(out.summary.pods[0].memory.as_ref().unwrap().psi.is_none());
 }

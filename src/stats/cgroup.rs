@@ -1,5 +1,7 @@
 //! CPU and memory of one cgroup, read the way cadvisor does for cgroup v1 and v2: cumulative
-//! CPU time, usage, working set (usage minus inactive file pages), RSS and page faults.
+//! CPU time, usage, working set (usage minus inactive file pages), RSS and page faults; on v2
+//! also the pressure stall information (PSI) of CPU, memory and IO, which v1 does not keep per
+//! cgroup.
 
 use std::path::{Path, PathBuf};
 
@@ -20,10 +22,37 @@ pub struct MemorySample {
     pub limit: Option<u64>,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// One line of a PSI file: how long some (or all) tasks stalled on the resource.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PsiLine {
+    /// Cumulative stall time in microseconds, as the kernel counts it.
+    pub total_us: u64,
+    /// Percent of the last 10 s, 60 s and 300 s.
+    pub avg10: f64,
+    pub avg60: f64,
+    pub avg300: f64,
+}
+
+/// A PSI file (`cpu.pressure`, /proc/pressure/io, ...): the `some` and `full` lines.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Pressure {
+    pub some: PsiLine,
+    pub full: PsiLine,
+}
+
+/// The pressure of each resource, where the kernel keeps it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PsiSet {
+    pub cpu: Option<Pressure>,
+    pub memory: Option<Pressure>,
+    pub io: Option<Pressure>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct CgroupSample {
     pub cpu_usage_ns: Option<u64>,
     pub memory: Option<MemorySample>,
+    pub psi: PsiSet,
 }
 
 impl CgroupSample {
@@ -81,7 +110,8 @@ fn read_u64(dir: &Path, file: &str) -> Option<u64> {
     read(dir, file)?.trim().parse().ok()
 }
 
-pub fn sample(dirs: &CgroupDirs) -> CgroupSample {
+/// Reads the cgroup; `psi` also reads its pressure files (v2 only: v1 has none per cgroup).
+pub fn sample(dirs: &CgroupDirs, psi: bool) -> CgroupSample {
     match dirs {
         CgroupDirs::V1 { cpuacct, memory } => CgroupSample {
             cpu_usage_ns: cpuacct
@@ -95,6 +125,7 @@ pub fn sample(dirs: &CgroupDirs) -> CgroupSample {
                     read_u64(d, "memory.limit_in_bytes"),
                 )
             }),
+            psi: PsiSet::default(),
         },
         CgroupDirs::V2(d) => CgroupSample {
             cpu_usage_ns: read(d, "cpu.stat").and_then(|s| cpu_v2(&s)),
@@ -103,8 +134,64 @@ pub fn sample(dirs: &CgroupDirs) -> CgroupSample {
                 let limit = read(d, "memory.max").and_then(|m| m.trim().parse().ok());
                 memory_v2(usage, &stat, limit)
             }),
+            psi: if psi {
+                psi_set(|resource| read(d, &format!("{resource}.pressure")))
+            } else {
+                PsiSet::default()
+            },
         },
     }
+}
+
+/// The three pressure files, read by `read("cpu" | "memory" | "io")`.
+pub fn psi_set(read: impl Fn(&str) -> Option<String>) -> PsiSet {
+    let get = |resource: &str| read(resource).and_then(|t| pressure(&t));
+    PsiSet {
+        cpu: get("cpu"),
+        memory: get("memory"),
+        io: get("io"),
+    }
+}
+
+/// Parses a PSI file: "some avg10=0.12 avg60=0.05 avg300=0.01 total=12345" and the same for
+/// "full". A kernel before 5.13 has no `full` line in cpu.pressure; it reads as zeros, as in
+/// upstream. Without a well-formed `some` line there is nothing to report.
+pub fn pressure(text: &str) -> Option<Pressure> {
+    let mut some = None;
+    let mut full = None;
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        let slot = match words.next() {
+            Some("some") => &mut some,
+            Some("full") => &mut full,
+            _ => continue,
+        };
+        *slot = psi_line(words);
+    }
+    Some(Pressure {
+        some: some?,
+        full: full.unwrap_or_default(),
+    })
+}
+
+fn psi_line<'a>(fields: impl Iterator<Item = &'a str>) -> Option<PsiLine> {
+    let (mut avg10, mut avg60, mut avg300, mut total) = (None, None, None, None);
+    for field in fields {
+        let (key, value) = field.split_once('=')?;
+        match key {
+            "avg10" => avg10 = value.parse::<f64>().ok().filter(|v| v.is_finite()),
+            "avg60" => avg60 = value.parse::<f64>().ok().filter(|v| v.is_finite()),
+            "avg300" => avg300 = value.parse::<f64>().ok().filter(|v| v.is_finite()),
+            "total" => total = value.parse().ok(),
+            _ => {}
+        }
+    }
+    Some(PsiLine {
+        total_us: total?,
+        avg10: avg10?,
+        avg60: avg60?,
+        avg300: avg300?,
+    })
 }
 
 /// Cumulative CPU nanoseconds from a v2 cpu.stat (`usage_usec`).
@@ -232,10 +319,11 @@ pgmajfault 5
         std::fs::write(cpu.join("kubepods/podabc/cpuacct.usage"), "123456789\n").unwrap();
         std::fs::write(mem.join("kubepods/podabc/memory.usage_in_bytes"), "10000\n").unwrap();
         std::fs::write(mem.join("kubepods/podabc/memory.stat"), V1_STAT).unwrap();
-        let s = sample(&dirs(&layout, pod));
+        let s = sample(&dirs(&layout, pod), true);
         assert_eq!(s.cpu_usage_ns, Some(123456789));
         assert_eq!(s.memory.unwrap().working_set, 8_500);
-        assert!(sample(&dirs(&layout, "/kubepods/podgone")).is_empty());
+        assert_eq!(s.psi, PsiSet::default(), "v1 keeps no PSI per cgroup");
+        assert!(sample(&dirs(&layout, "/kubepods/podgone"), true).is_empty());
 
         let v2 = Layout::V2(tmp.path().join("unified"));
         let d = tmp.path().join("unified/kubepods/podabc");
@@ -244,8 +332,48 @@ pgmajfault 5
         std::fs::write(d.join("memory.current"), "4194304\n").unwrap();
         std::fs::write(d.join("memory.stat"), V2_STAT).unwrap();
         std::fs::write(d.join("memory.max"), "max\n").unwrap();
-        let s = sample(&dirs(&v2, pod));
+        std::fs::write(d.join("cpu.pressure"), CPU_PRESSURE).unwrap();
+        std::fs::write(d.join("io.pressure"), "some garbage\n").unwrap();
+        let s = sample(&dirs(&v2, pod), true);
         assert_eq!(s.cpu_usage_ns, Some(42_000));
         assert_eq!(s.memory.unwrap().limit, None);
+        assert_eq!(s.psi.cpu.unwrap().full.total_us, 7_000);
+        assert_eq!(s.psi.memory, None, "no file");
+        assert_eq!(s.psi.io, None, "unreadable file");
+        assert_eq!(sample(&dirs(&v2, pod), false).psi, PsiSet::default());
+    }
+
+    const CPU_PRESSURE: &str = "\
+some avg10=1.50 avg60=0.25 avg300=0.00 total=123456
+full avg10=0.10 avg60=0.00 avg300=0.00 total=7000
+";
+
+    #[test]
+    fn pressure_files() {
+        let p = pressure(CPU_PRESSURE).unwrap();
+        assert_eq!(
+            p.some,
+            PsiLine {
+                total_us: 123_456,
+                avg10: 1.5,
+                avg60: 0.25,
+                avg300: 0.0
+            }
+        );
+        assert_eq!(p.full.total_us, 7000);
+        // A kernel before 5.13: cpu.pressure has no full line.
+        let old = pressure("some avg10=0.00 avg60=0.00 avg300=0.00 total=9\n").unwrap();
+        assert_eq!((old.some.total_us, old.full), (9, PsiLine::default()));
+        for bad in [
+            "",
+            "full avg10=0.00 avg60=0.00 avg300=0.00 total=1\n",
+            "some avg10=0.00 avg60=0.00 total=1\n",
+            "some avg10=x avg60=0.00 avg300=0.00 total=1\n",
+            "some avg10=NaN avg60=0.00 avg300=0.00 total=1\n",
+            "some avg10=0.00 avg60=0.00 avg300=0.00 total=-1\n",
+            "some avg10 avg60=0.00 avg300=0.00 total=1\n",
+        ] {
+            assert_eq!(pressure(bad), None, "{bad:?}");
+        }
     }
 }

@@ -11,6 +11,7 @@ use futures::future::join_all;
 use k8s_openapi::api::core::v1::Pod;
 use tracing::{debug, info};
 
+use crate::cm::layout::Layout;
 use crate::cri::api;
 use crate::pod::paths;
 
@@ -93,6 +94,8 @@ impl StatsProvider {
             kubepods: self.kubepods.clone(),
             sandbox_pids,
             full,
+            // The sampler only wants cumulative CPU.
+            psi: self.psi && !update_rates && matches!(self.cgroups.layout(), Layout::V2(_)),
         };
         let local = read_local(req).await?;
         let fs = if full {

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::cm::layout::Layout;
 
-use super::cgroup::{self, CgroupSample, MemorySample};
+use super::cgroup::{self, CgroupSample, MemorySample, PsiSet};
 use super::procfs;
 use super::types::InterfaceStats;
 
@@ -25,6 +25,8 @@ pub struct LocalRequest {
     pub sandbox_pids: Vec<(String, i32)>,
     /// Network, rlimit and swap too, not only CPU and memory.
     pub full: bool,
+    /// Pressure stall information too (cgroup v2 only; the KubeletPSI gate).
+    pub psi: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -33,6 +35,8 @@ pub struct LocalSample {
     pub boot_time: Option<SystemTime>,
     pub node_cpu_ns: Option<u64>,
     pub node_memory: Option<MemorySample>,
+    /// The whole machine's pressure, from /proc/pressure.
+    pub node_psi: PsiSet,
     /// (used, free) swap bytes.
     pub node_swap: Option<(u64, u64)>,
     pub node_interfaces: Vec<InterfaceStats>,
@@ -78,7 +82,7 @@ fn node_swap(meminfo: &str) -> Option<(u64, u64)> {
 /// The kubelet's own usage. A kubelet that sits in the root cgroup of a controller (no
 /// kubelet cgroup configured) would report the whole machine, so for those resources its
 /// process counters stand in.
-fn kubelet_sample(layout: &Layout) -> CgroupSample {
+fn kubelet_sample(layout: &Layout, psi: bool) -> CgroupSample {
     let own = read("/proc/self/cgroup")
         .map(|t| procfs::proc_cgroups(&t))
         .unwrap_or_default();
@@ -95,7 +99,8 @@ fn kubelet_sample(layout: &Layout) -> CgroupSample {
         cpu_path.as_deref().unwrap_or("/"),
         mem_path.as_deref().unwrap_or("/"),
     );
-    let mut s = cgroup::sample(&dirs);
+    // In the root cgroup its pressure would be the machine's.
+    let mut s = cgroup::sample(&dirs, psi && !is_root(&cpu_path));
     let stat = read("/proc/self/stat").and_then(|t| procfs::proc_stat(&t));
     if is_root(&cpu_path) {
         s.cpu_usage_ns = stat.as_ref().map(|st| {
@@ -140,22 +145,27 @@ pub fn read_all(req: &LocalRequest) -> LocalSample {
         node_cpu_ns: procfs::busy_cpu_ticks(&proc_stat)
             .map(|t| procfs::ticks_to_nanos(t, procfs::clock_ticks())),
         node_memory: node_memory(&meminfo, &vmstat),
-        kubelet: kubelet_sample(&req.layout),
+        node_psi: if req.psi {
+            cgroup::psi_set(|resource| read(format!("/proc/pressure/{resource}")))
+        } else {
+            PsiSet::default()
+        },
+        kubelet: kubelet_sample(&req.layout, req.psi),
         kubepods: req
             .kubepods
             .as_deref()
-            .map(|name| cgroup::sample(&cgroup::dirs(&req.layout, name)))
+            .map(|name| cgroup::sample(&cgroup::dirs(&req.layout, name), req.psi))
             .filter(|s| !s.is_empty()),
         ..Default::default()
     };
     for (uid, name) in &req.pod_cgroups {
-        let s = cgroup::sample(&cgroup::dirs(&req.layout, name));
+        let s = cgroup::sample(&cgroup::dirs(&req.layout, name), req.psi);
         if !s.is_empty() {
             out.pods.insert(uid.clone(), s);
         }
     }
     for (id, name) in &req.container_cgroups {
-        let s = cgroup::sample(&cgroup::dirs(&req.layout, name));
+        let s = cgroup::sample(&cgroup::dirs(&req.layout, name), req.psi);
         if !s.is_empty() {
             out.containers.insert(id.clone(), s);
         }
@@ -213,6 +223,7 @@ mod tests {
             kubepods: None,
             sandbox_pids: vec![(String::from("self"), std::process::id() as i32)],
             full: true,
+            psi: true,
         });
         assert!(s.node_cpu_ns.unwrap_or(0) > 0);
         assert!(s.node_memory.is_some_and(|m| m.working_set > 0));

@@ -7,7 +7,8 @@
 //! sandbox process's /proc/<pid>/net/dev; /proc and the node's filesystems for the node;
 //! `du`-style walks for logs and volumes. usageNanoCores needs two samples: a sampler task
 //! records cumulative CPU every 10 s (like upstream's eviction manager does) and requests read
-//! the rate it computed.
+//! the rate it computed. On cgroup v2 the pressure files (PSI) of every cgroup read, and
+//! /proc/pressure for the node, as upstream does under its KubeletPSI gate (on by default).
 
 mod assemble;
 pub mod cgroup;
@@ -85,6 +86,8 @@ pub struct StatsProvider {
     pids: Mutex<HashMap<String, i32>>,
     /// Set once the runtime answers ListPodSandboxStats with Unimplemented.
     no_sandbox_stats: AtomicBool,
+    /// Pressure stall information on cgroup v2 (upstream's KubeletPSI gate).
+    psi: bool,
 }
 
 impl StatsProvider {
@@ -108,7 +111,14 @@ impl StatsProvider {
             fs: fs::FsProbe::default(),
             pids: Mutex::default(),
             no_sandbox_stats: AtomicBool::new(false),
+            psi: true,
         }
+    }
+
+    /// Leaves out pressure stall information (`featureGates: {KubeletPSI: false}`).
+    pub fn with_psi(mut self, psi: bool) -> Self {
+        self.psi = psi;
+        self
     }
 
     /// Container logs live under `dir` (`podLogsDir`) instead of /var/log/pods.

@@ -72,6 +72,8 @@ pub struct NodeStats {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub io: Option<IoStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fs: Option<FsStats>,
@@ -122,6 +124,8 @@ pub struct PodStats {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub io: Option<IoStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkStats>,
     #[serde(rename = "volume", skip_serializing_if = "Vec::is_empty")]
     pub volume_stats: Vec<VolumeStats>,
@@ -142,6 +146,8 @@ pub struct ContainerStats {
     pub cpu: Option<CpuStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub io: Option<IoStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rootfs: Option<FsStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -189,6 +195,34 @@ pub struct CpuStats {
     pub usage_nano_cores: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage_core_nano_seconds: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub psi: Option<PsiStats>,
+}
+
+/// Pressure stall information of one resource (upstream's KubeletPSI). Both lines are always
+/// there, zeros where the kernel has no `full` line.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+pub struct PsiStats {
+    pub full: PsiData,
+    pub some: PsiData,
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PsiData {
+    /// Cumulative stall time, in the kernel's microseconds.
+    pub total: u64,
+    pub avg10: f64,
+    pub avg60: f64,
+    pub avg300: f64,
+}
+
+/// IO has no usage figures in the Summary, only its pressure.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct IoStats {
+    pub time: Time,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub psi: Option<PsiStats>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
@@ -207,6 +241,8 @@ pub struct MemoryStats {
     pub page_faults: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub major_page_faults: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub psi: Option<PsiStats>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
@@ -301,6 +337,7 @@ mod tests {
                     time: t(10),
                     usage_nano_cores: Some(7),
                     usage_core_nano_seconds: Some(8),
+                    psi: None,
                 }),
                 memory: Some(MemoryStats {
                     time: t(10),
@@ -310,7 +347,9 @@ mod tests {
                     rss_bytes: Some(4),
                     page_faults: Some(5),
                     major_page_faults: Some(6),
+                    psi: None,
                 }),
+                io: None,
                 network: Some(NetworkStats {
                     time: t(10),
                     default: InterfaceStats {
@@ -425,6 +464,42 @@ mod tests {
         assert_eq!(pod["swap"]["swapUsageBytes"], 0);
         assert_eq!(pod["swap"]["swapAvailableBytes"], 0);
         assert!(pod.get("network").is_none());
+        assert!(node["cpu"].get("psi").is_none() && node.get("io").is_none());
+    }
+
+    #[test]
+    fn pressure_fields_match_upstream() {
+        let data = |total| PsiData {
+            total,
+            avg10: 1.5,
+            avg60: 0.25,
+            avg300: 0.0,
+        };
+        let psi = Some(PsiStats {
+            full: data(7),
+            some: data(9),
+        });
+        let c = ContainerStats {
+            cpu: Some(CpuStats {
+                psi,
+                ..Default::default()
+            }),
+            memory: Some(MemoryStats {
+                psi,
+                ..Default::default()
+            }),
+            io: Some(IoStats { time: t(10), psi }),
+            ..Default::default()
+        };
+        let v = serde_json::to_value(&c).unwrap();
+        let want = json!({
+            "full": {"total": 7, "avg10": 1.5, "avg60": 0.25, "avg300": 0.0},
+            "some": {"total": 9, "avg10": 1.5, "avg60": 0.25, "avg300": 0.0},
+        });
+        assert_eq!(v["cpu"]["psi"], want);
+        assert_eq!(v["memory"]["psi"], want);
+        assert_eq!(v["io"]["psi"], want);
+        assert_eq!(v["io"]["time"], "1970-01-01T00:00:10Z");
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use crate::metrics::text::{Family, Kind, Sample, encode};
-use crate::stats::types::{CpuStats, MemoryStats, NetworkStats, Time};
+use crate::stats::types::{CpuStats, IoStats, MemoryStats, NetworkStats, PsiStats, Time};
 use crate::stats::{Collected, ContainerDetail};
 
 /// container, id, image, name, namespace, pod.
@@ -87,7 +87,52 @@ const FAMILIES: &[(&str, &str, Kind)] = &[
         "Start time of the container since unix epoch in seconds.",
         Kind::Gauge,
     ),
+    (
+        "container_pressure_cpu_stalled_seconds_total",
+        "Total time duration no tasks in the container could make progress due to CPU congestion.",
+        Kind::Counter,
+    ),
+    (
+        "container_pressure_cpu_waiting_seconds_total",
+        "Total time duration tasks in the container have waited due to CPU congestion.",
+        Kind::Counter,
+    ),
+    (
+        "container_pressure_memory_stalled_seconds_total",
+        "Total time duration no tasks in the container could make progress due to memory congestion.",
+        Kind::Counter,
+    ),
+    (
+        "container_pressure_memory_waiting_seconds_total",
+        "Total time duration tasks in the container have waited due to memory congestion.",
+        Kind::Counter,
+    ),
+    (
+        "container_pressure_io_stalled_seconds_total",
+        "Total time duration no tasks in the container could make progress due to IO congestion.",
+        Kind::Counter,
+    ),
+    (
+        "container_pressure_io_waiting_seconds_total",
+        "Total time duration tasks in the container have waited due to IO congestion.",
+        Kind::Counter,
+    ),
 ];
+
+/// The stalled (`full`) and waiting (`some`) families of each resource's pressure.
+type PressureFamilies = (&'static str, &'static str);
+const CPU_PRESSURE: PressureFamilies = (
+    "container_pressure_cpu_stalled_seconds_total",
+    "container_pressure_cpu_waiting_seconds_total",
+);
+const MEMORY_PRESSURE: PressureFamilies = (
+    "container_pressure_memory_stalled_seconds_total",
+    "container_pressure_memory_waiting_seconds_total",
+);
+const IO_PRESSURE: PressureFamilies = (
+    "container_pressure_io_stalled_seconds_total",
+    "container_pressure_io_waiting_seconds_total",
+);
 
 impl Out {
     fn new() -> Self {
@@ -118,14 +163,37 @@ impl Out {
         }
     }
 
+    /// The pressure counters, in seconds from the kernel's microseconds.
+    fn pressure(
+        &mut self,
+        who: &Who,
+        families: PressureFamilies,
+        psi: &Option<PsiStats>,
+        t: &Time,
+    ) {
+        let Some(p) = psi else { return };
+        let (stalled, waiting) = families;
+        let secs = |us: u64| Some(us as f64 / 1e6);
+        self.push(stalled, who.pairs(), secs(p.full.total), t);
+        self.push(waiting, who.pairs(), secs(p.some.total), t);
+    }
+
+    fn io(&mut self, who: &Who, io: &Option<IoStats>) {
+        if let Some(io) = io {
+            self.pressure(who, IO_PRESSURE, &io.psi, &io.time);
+        }
+    }
+
     fn cpu_memory(&mut self, who: &Who, cpu: &Option<CpuStats>, mem: &Option<MemoryStats>) {
         if let Some(c) = cpu {
             let mut l = who.pairs();
             l.push(("cpu".into(), "total".into()));
             let secs = c.usage_core_nano_seconds.map(|ns| ns as f64 / 1e9);
             self.push("container_cpu_usage_seconds_total", l, secs, &c.time);
+            self.pressure(who, CPU_PRESSURE, &c.psi, &c.time);
         }
         if let Some(m) = mem {
+            self.pressure(who, MEMORY_PRESSURE, &m.psi, &m.time);
             let f = |v: Option<u64>| v.map(|v| v as f64);
             self.push(
                 "container_memory_usage_bytes",
@@ -194,6 +262,7 @@ pub fn render(c: &Collected) -> String {
         ..Default::default()
     };
     out.cpu_memory(&root, &node.cpu, &node.memory);
+    out.io(&root, &node.io);
     if let Some(net) = &node.network {
         out.network(&root, net);
     }
@@ -206,6 +275,7 @@ pub fn render(c: &Collected) -> String {
             ..Default::default()
         };
         out.cpu_memory(&pod_who, &pod.cpu, &pod.memory);
+        out.io(&pod_who, &pod.io);
         if let Some(net) = &pod.network {
             out.network(&pod_who, net);
         }
@@ -216,6 +286,7 @@ pub fn render(c: &Collected) -> String {
                 .find(|d| d.pod_uid == *uid && d.name == cs.name);
             let who = container_who(d, &cs.name, &pod_who);
             out.cpu_memory(&who, &cs.cpu, &cs.memory);
+            out.io(&who, &cs.io);
             if let Some(s) = cs.start_time.unix_seconds() {
                 out.push(
                     "container_start_time_seconds",
@@ -262,6 +333,25 @@ mod tests {
             time: t,
             usage_nano_cores: None,
             usage_core_nano_seconds: Some(1_500_000_000),
+            psi: None,
+        });
+        let psi = |full, some| {
+            let data = |total| PsiData {
+                total,
+                ..Default::default()
+            };
+            Some(PsiStats {
+                full: data(full),
+                some: data(some),
+            })
+        };
+        let container_cpu = cpu.clone().map(|c| CpuStats {
+            psi: psi(2_000_000, 5_000_000),
+            ..c
+        });
+        let container_memory = mem.clone().map(|m| MemoryStats {
+            psi: psi(250_000, 1_000_000),
+            ..m
         });
         let collected = Collected {
             summary: Summary {
@@ -279,8 +369,12 @@ mod tests {
                     containers: vec![ContainerStats {
                         name: "app".into(),
                         start_time: t,
-                        cpu: cpu.clone(),
-                        memory: mem.clone(),
+                        cpu: container_cpu,
+                        memory: container_memory,
+                        io: Some(IoStats {
+                            time: t,
+                            psi: psi(0, 1_500),
+                        }),
                         rootfs: Some(FsStats {
                             time: t,
                             used_bytes: Some(4096),
@@ -315,6 +409,7 @@ mod tests {
         };
         let text = render(&collected);
         let ts = " 1700000000000";
+        let app = "container=\"app\",id=\"/kubepods/podu1/c1\",image=\"busybox:1.36\",name=\"c1\",namespace=\"ns\",pod=\"web\"";
         for line in [
             format!("container_cpu_usage_seconds_total{{container=\"\",cpu=\"total\",id=\"/\",image=\"\",name=\"\",namespace=\"\",pod=\"\"}} 1.5{ts}"),
             format!("container_cpu_usage_seconds_total{{container=\"app\",cpu=\"total\",id=\"/kubepods/podu1/c1\",image=\"busybox:1.36\",name=\"c1\",namespace=\"ns\",pod=\"web\"}} 1.5{ts}"),
@@ -326,9 +421,22 @@ mod tests {
             format!("container_fs_usage_bytes{{container=\"app\",device=\"/var/lib/containerd/snap\",id=\"/kubepods/podu1/c1\",image=\"busybox:1.36\",name=\"c1\",namespace=\"ns\",pod=\"web\"}} 4096{ts}"),
             "container_start_time_seconds{container=\"app\",id=\"/kubepods/podu1/c1\",image=\"busybox:1.36\",name=\"c1\",namespace=\"ns\",pod=\"web\"} 1.7e+09".to_string(),
             "# TYPE container_network_receive_bytes_total counter".to_string(),
+            format!("container_pressure_cpu_stalled_seconds_total{{{app}}} 2{ts}"),
+            format!("container_pressure_cpu_waiting_seconds_total{{{app}}} 5{ts}"),
+            format!("container_pressure_memory_stalled_seconds_total{{{app}}} 0.25{ts}"),
+            format!("container_pressure_memory_waiting_seconds_total{{{app}}} 1{ts}"),
+            format!("container_pressure_io_stalled_seconds_total{{{app}}} 0{ts}"),
+            format!("container_pressure_io_waiting_seconds_total{{{app}}} 0.0015{ts}"),
+            "# TYPE container_pressure_io_waiting_seconds_total counter".to_string(),
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line}\nin:\n{text}");
         }
+        // Pressure only where the kernel gave it: not for the node or the pod here.
+        assert_eq!(
+            text.matches("container_pressure_cpu_waiting_seconds_total{")
+                .count(),
+            1
+        );
         // The pod has no CPU reading, so no pod-level CPU series.
         assert!(!text.contains(
             "container_cpu_usage_seconds_total{container=\"\",cpu=\"total\",id=\"/kubepods/podu1\""

@@ -171,6 +171,7 @@ mod tests {
             time: at(1_700_000_000_500),
             usage_nano_cores: None,
             usage_core_nano_seconds: Some(ns),
+            psi: None,
         })
     }
 
