@@ -160,6 +160,19 @@ async fn memory_pressure() {
         ],
     );
 
+    // Node allocatable enforced on the pods' cgroup: capacity less what is reserved (the
+    // eviction threshold is not taken off, as upstream enforces it).
+    let kubepods = cgroup::named("memory", &format!("{}/kubepods", k.cgroup_root));
+    let limit = wait_for_opt(Duration::from_secs(30), || {
+        Some(cgroup::memory_limit(&kubepods)).filter(|l| *l > 0)
+    });
+    assert_eq!(
+        limit,
+        Some((LIMIT_MIB << 20) as i64),
+        "{}",
+        kubepods.display()
+    );
+
     // What an earlier run may have left in the runtime is stopped first (the kubelet kills pods
     // it does not know), so the node starts without pressure.
     let settled = wait_for_opt(Duration::from_secs(60), || {

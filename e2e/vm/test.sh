@@ -14,9 +14,10 @@
 #   3. in the VM, the tests' own bed, by the same scripts as on the machine: containerd "krs"
 #      (hack/testbed/containerd.sh) with the tarballs imported (KRS_PREBUILT_IMAGES: no cargo in
 #      the VM), the test control plane (hack/cluster/up.sh, with the VM's etcd-server);
-#   4. each test binary in turn (--only: just those named), one test at a time (their tests share
-#      the bed), with the FILTER arguments if given (libtest's: a name substring, --exact,
-#      --skip ...). The tests that need a systemd use the VM's own (KRS_IT_MACHINE_SYSTEMD=1,
+#   4. each test binary in turn (--only: just those named), one test at a time (their tests
+#      share the bed), with the FILTER arguments if given (libtest's: a name substring, --exact,
+#      --skip ...); 8 huge pages of 2 MiB are reserved for tests/hugepages.rs only. The tests
+#      that need a systemd use the VM's own (KRS_IT_MACHINE_SYSTEMD=1,
 #      tests/common/systemd_node.rs); the cgroup checks read v2 files (tests/common/cgroup.rs).
 # Prints each binary's result and time, then a summary; exits non-zero if any failed. The VM
 # goes at the end unless --keep (then e2e/vm/run.sh exec vm1 -- ... reaches it, down removes it).
@@ -31,7 +32,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$HERE/lib.sh"
 
 # The test targets (tests/*.rs) this runs: what reads or writes cgroups, or needs a systemd.
-TESTS=(systemd_driver resize oom eviction node_shutdown api_stats)
+TESTS=(systemd_driver resize oom eviction node_shutdown api_stats hugepages)
 TEST_TIMEOUT="${KRS_VM_TEST_TIMEOUT:-1200}"
 MEMORY=4096
 
@@ -61,7 +62,12 @@ log "bed up: $(containerd --version | cut -d' ' -f3), runc $(runc --version | se
 failed=0
 while read -r name exe; do
 	t0=$SECONDS
-	log "test $name: $exe"
+	# 16 MiB of 2 MiB huge pages for tests/hugepages.rs to run its pod with; none for the rest,
+	# whose memory figures (eviction's allocatable) count on all of MemTotal being ordinary.
+	pages=0
+	[[ "$name" == hugepages ]] && pages=8
+	echo "$pages" >/proc/sys/vm/nr_hugepages
+	log "test $name: $exe ($(awk '/HugePages_Total/ {print $2}' /proc/meminfo) huge pages)"
 	if timeout "$KRS_VM_TEST_TIMEOUT" "$exe" --test-threads=1 "$@" </dev/null >"/var/tmp/krs-vm-test-$name.log" 2>&1; then
 		log "test $name: ok in $((SECONDS - t0)) s ($(grep -E '^test result' "/var/tmp/krs-vm-test-$name.log" | tail -1))"
 		echo "$name ok $((SECONDS - t0))" >>/var/tmp/krs-vm-test.summary

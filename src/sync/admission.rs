@@ -14,6 +14,8 @@ pub struct Allocatable {
     pub cpu_millis: i64,
     pub memory_bytes: i64,
     pub pods: i64,
+    /// Bytes of each huge page size ("hugepages-2Mi"); a size the node lacks offers none.
+    pub hugepages: BTreeMap<String, i64>,
 }
 
 impl Allocatable {
@@ -28,8 +30,33 @@ impl Allocatable {
             cpu_millis: get("cpu", 1_000_000),
             memory_bytes: get("memory", crate::quantity::NANO),
             pods: get("pods", crate::quantity::NANO),
+            hugepages: resources
+                .keys()
+                .filter(|name| name.starts_with(HUGEPAGES_PREFIX))
+                .map(|name| (name.clone(), get(name, crate::quantity::NANO)))
+                .collect(),
         }
     }
+}
+
+const HUGEPAGES_PREFIX: &str = "hugepages-";
+
+/// Bytes of each huge page size the pod requests.
+fn hugepage_requests(pod: &Pod) -> BTreeMap<String, i64> {
+    let totals = pod
+        .spec
+        .as_ref()
+        .and_then(|s| pod_requests(s).ok())
+        .unwrap_or_default();
+    totals
+        .iter()
+        .filter(|(name, _)| name.starts_with(HUGEPAGES_PREFIX))
+        .map(|(name, a)| {
+            let bytes = i64::try_from(a.nano() / crate::quantity::NANO).unwrap_or(i64::MAX);
+            (name.clone(), bytes)
+        })
+        .filter(|(_, bytes)| *bytes > 0)
+        .collect()
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -228,12 +255,19 @@ pub fn admit<'a>(
     }
     let (mut used_cpu, mut used_mem, mut count) = (0i64, 0i64, 0i64);
     let mut used_ports: HashSet<(String, String, i32)> = HashSet::new();
+    let wanted_hugepages = hugepage_requests(pod);
+    let mut used_hugepages: BTreeMap<String, i64> = BTreeMap::new();
     for other in admitted {
         let (c, m) = requests(other);
         used_cpu += c;
         used_mem += m;
         count += 1;
         used_ports.extend(host_ports(other));
+        if !wanted_hugepages.is_empty() {
+            for (name, bytes) in hugepage_requests(other) {
+                *used_hugepages.entry(name).or_default() += bytes;
+            }
+        }
     }
     let conflict = host_ports(pod).into_iter().any(|(proto, ip, port)| {
         used_ports.iter().any(|(p2, ip2, port2)| {
@@ -255,6 +289,17 @@ pub fn admit<'a>(
             "OutOfmemory",
             short("memory", mem, used_mem, node.memory_bytes),
         );
+    }
+    // Like upstream's fit check, every other resource after cpu and memory, in name order.
+    for (name, wanted) in &wanted_hugepages {
+        let used = used_hugepages.get(name).copied().unwrap_or(0);
+        let capacity = node.hugepages.get(name).copied().unwrap_or(0);
+        if used.saturating_add(*wanted) > capacity {
+            return reject(
+                &format!("OutOf{name}"),
+                short(name, *wanted, used, capacity),
+            );
+        }
     }
     Ok(())
 }
@@ -297,7 +342,51 @@ mod tests {
             cpu_millis: 2000,
             memory_bytes: 1 << 30,
             pods: 2,
+            ..Default::default()
         }
+    }
+
+    #[test]
+    fn huge_pages_must_fit() {
+        let labels = BTreeMap::new();
+        let huge = |amount: &str| {
+            let mut p = pod("1m", "1Mi", None);
+            let c = &mut p.spec.as_mut().unwrap().containers[0];
+            let r = c.resources.as_mut().unwrap();
+            let both = BTreeMap::from([
+                ("memory".to_string(), Quantity("1Mi".into())),
+                ("hugepages-2Mi".to_string(), Quantity(amount.into())),
+            ]);
+            (r.requests, r.limits) = (Some(both.clone()), Some(both));
+            p
+        };
+        // A node without huge pages refuses them, as upstream does.
+        let r = admit(&huge("4Mi"), [].into_iter(), &node(), &labels).unwrap_err();
+        assert_eq!(r.reason, "OutOfhugepages-2Mi");
+        assert_eq!(
+            r.message,
+            "Node didn't have enough resource: hugepages-2Mi, requested: 4194304, used: 0, capacity: 0"
+        );
+        let with = Allocatable {
+            pods: 10,
+            hugepages: BTreeMap::from([("hugepages-2Mi".to_string(), 8 << 20)]),
+            ..node()
+        };
+        let first = huge("4Mi");
+        assert!(admit(&first, [].into_iter(), &with, &labels).is_ok());
+        assert!(admit(&huge("4Mi"), [&first].into_iter(), &with, &labels).is_ok());
+        let r = admit(&huge("6Mi"), [&first].into_iter(), &with, &labels).unwrap_err();
+        assert_eq!(r.reason, "OutOfhugepages-2Mi");
+        // Pods without huge pages are not held back by them.
+        assert!(
+            admit(
+                &pod("1m", "1Mi", None),
+                [&first].into_iter(),
+                &with,
+                &labels
+            )
+            .is_ok()
+        );
     }
 
     #[test]

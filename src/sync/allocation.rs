@@ -317,6 +317,7 @@ mod tests {
             cpu_millis: 1000,
             memory_bytes: 1 << 30,
             pods: 10,
+            ..Default::default()
         }
     }
 

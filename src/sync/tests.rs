@@ -180,6 +180,7 @@ async fn api_pods_wait_for_the_node_labels_before_admission() {
             cpu_millis: 4000,
             memory_bytes: 8 << 30,
             pods: 110,
+            ..Default::default()
         },
         node_labels,
         labels_synced,

@@ -60,3 +60,24 @@ pub fn cpu_quota(dir: &Path) -> i64 {
         read_first(dir, "cpu.cfs_quota_us")
     }
 }
+
+/// The directory of the cgroup called `name` ("/krs-it/kubepods"): in `controller`'s
+/// hierarchy on v1, in the one hierarchy on v2.
+pub fn named(controller: &str, name: &str) -> PathBuf {
+    let base = if cgroup_v2_host() {
+        PathBuf::from("/sys/fs/cgroup")
+    } else {
+        PathBuf::from("/sys/fs/cgroup").join(controller)
+    };
+    base.join(name.trim_start_matches('/'))
+}
+
+/// The limit on 2 MiB huge pages in bytes: hugetlb.2MB.limit_in_bytes on v1, hugetlb.2MB.max
+/// on v2.
+pub fn hugetlb_2m_limit(dir: &Path) -> i64 {
+    if cgroup_v2_host() {
+        read_first(dir, "hugetlb.2MB.max")
+    } else {
+        read_first(dir, "hugetlb.2MB.limit_in_bytes")
+    }
+}
