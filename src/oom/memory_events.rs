@@ -105,7 +105,7 @@ impl MemoryEventsWatcher {
                     }
                 }
                 Ok(Err(e)) => {
-                    warn!(err = %MemoryEventsError::Read(e), "OOM kill counters are no longer followed; the kernel log still is");
+                    warn!(err = %MemoryEventsError::Read(e), "The OOM kill counters of container cgroups are no longer followed");
                     return;
                 }
                 // Nothing more for now: readiness is cleared, wait for the next event.
