@@ -1,7 +1,7 @@
 //! Huge pages through the API: the node reports its 2 MiB huge pages as `hugepages-2Mi`, a pod
 //! that asks for them is admitted only while they last (upstream's `OutOfhugepages-2Mi`), and
 //! a running pod's cgroup is limited to what it asked for (hugetlb.2MB.limit_in_bytes on v1,
-//! hugetlb.2MB.max on v2).
+//! hugetlb.2MB.max on v2), the pods' cgroup to what the node has, and the QoS cgroups not at all.
 //!
 //! A machine without free 2 MiB pages (this one: none are reserved) checks the refusal; the VM
 //! bed (e2e/vm/run.sh test) reserves some before the tests, so there the pod runs and its
@@ -79,6 +79,36 @@ async fn huge_pages() {
         reported.as_ref().is_some_and(|q| accepted.contains(q)),
         "capacity hugepages-2Mi {reported:?} with {total} pages"
     );
+
+    // Above the pods only node allocatable holds huge pages back: the pods' cgroup may use
+    // what the node has, the QoS cgroups are not limited (an earlier kubelet pinned them to 0).
+    let kubepods = format!("{}/kubepods", k.cgroup_root);
+    let kubepods_dir = cgroup::named("hugetlb", &kubepods);
+    if kubepods_dir.exists() {
+        let want = (mib << 20) as i64;
+        let limit = wait_for_opt(Duration::from_secs(30), || {
+            Some(cgroup::hugetlb_2m_limit(&kubepods_dir)).filter(|l| *l == want)
+        });
+        assert_eq!(
+            limit,
+            Some(want),
+            "{}: {}",
+            kubepods_dir.display(),
+            cgroup::hugetlb_2m_limit(&kubepods_dir)
+        );
+        for qos in ["burstable", "besteffort"] {
+            let dir = cgroup::named("hugetlb", &format!("{kubepods}/{qos}"));
+            let limit = cgroup::hugetlb_2m_limit(&dir);
+            assert!(
+                limit == -1 || limit >= 1 << 40,
+                "{}: {limit}",
+                dir.display()
+            );
+        }
+    } else {
+        // This machine mounts no v1 hugetlb hierarchy.
+        println!("no hugetlb controller: the cgroups above the pods are not checked");
+    }
 
     create_pod(&pods, &huge_pod()).await;
     if free >= 2 {

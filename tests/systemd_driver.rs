@@ -131,10 +131,11 @@ spec:
     });
     assert!(!node.cgroup_dir("cpuset", &slice_path).exists());
     assert!(!node.cgroup_dir("cpu", &slice_path).exists());
-    assert!(
-        k.log().contains("Removed pod cgroup"),
-        "{}",
-        tail(&k.log(), 40)
-    );
+    // The kubelet logs it once systemd's stop job is done, which may come after the
+    // directories are gone.
+    let said = wait_for_opt(Duration::from_secs(30), || {
+        k.log().contains("Removed pod cgroup").then_some(())
+    });
+    assert!(said.is_some(), "{}", tail(&k.log(), 40));
     k.stop();
 }

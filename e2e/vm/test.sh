@@ -32,7 +32,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$HERE/lib.sh"
 
 # The test targets (tests/*.rs) this runs: what reads or writes cgroups, or needs a systemd.
-TESTS=(systemd_driver resize oom eviction node_shutdown api_stats hugepages)
+TESTS=(systemd_driver resize oom eviction node_shutdown api_stats hugepages allocatable)
 TEST_TIMEOUT="${KRS_VM_TEST_TIMEOUT:-1200}"
 MEMORY=4096
 

@@ -9,8 +9,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::resources::milli_cpu_to_shares;
-use super::{CgroupManager, PodResources};
+use super::resources::{hugepage_size, milli_cpu_to_shares};
+use super::{CgroupError, CgroupManager, PodResources};
 use crate::config::Settings;
 use crate::events::{EventRecorder, EventType};
 use crate::host::MachineFacts;
@@ -39,6 +39,9 @@ pub struct AllocatableSettings {
     pub kube_reserved: BTreeMap<String, String>,
     pub eviction_hard: BTreeMap<String, String>,
     pub enforce_node_allocatable: Vec<String>,
+    /// systemReservedCgroup and kubeReservedCgroup, for their enforcement keys.
+    pub system_reserved_cgroup: String,
+    pub kube_reserved_cgroup: String,
 }
 
 impl From<&Settings> for AllocatableSettings {
@@ -52,6 +55,8 @@ impl From<&Settings> for AllocatableSettings {
             kube_reserved: cfg.kube_reserved.clone(),
             eviction_hard: cfg.eviction_hard.clone(),
             enforce_node_allocatable: cfg.enforce_node_allocatable.clone(),
+            system_reserved_cgroup: cfg.system_reserved_cgroup.clone(),
+            kube_reserved_cgroup: cfg.kube_reserved_cgroup.clone(),
         }
     }
 }
@@ -209,15 +214,115 @@ pub fn pods_limits(
         (cap - held(name)).max(Amount::ZERO)
     };
     let pids = pid_max.map(|max| (Amount::from_units(max) - held("pid")).max(Amount::ZERO));
+    // Each huge page size as the other resources: what the machine has, less what is held.
+    let hugepage_limits = capacity
+        .keys()
+        .filter_map(|name| {
+            let size = hugepage_size(name)?;
+            Some((size, left(name).units().unwrap_or(i64::MAX)))
+        })
+        .collect();
     PodResources {
         cpu_shares: Some(milli_cpu_to_shares(left(CPU).millis().unwrap_or(i64::MAX))),
         memory_limit: Some(left(MEMORY).units().unwrap_or(i64::MAX)),
         pids_limit: pids.and_then(Amount::units),
+        hugepage_limits,
         ..Default::default()
     }
 }
 
-/// With per-QoS cgroups, limits the pods' cgroup to what the node offers them, in `tasks`.
+/// The limits upstream puts on systemReservedCgroup or kubeReservedCgroup: cpu shares for
+/// the reserved cpu, and unless only the compressible resources are enforced
+/// ("system-reserved-compressible"), the reserved memory, pids and huge pages as limits.
+/// Resources not reserved are left alone; nothing reserved is nothing to enforce.
+pub fn reserved_limits(
+    reserved: &BTreeMap<String, String>,
+    compressible_only: bool,
+) -> Option<PodResources> {
+    if reserved.is_empty() {
+        return None;
+    }
+    let amount = |name: &str| reserved.get(name).and_then(|v| Amount::parse(v).ok());
+    let mut out = PodResources {
+        cpu_shares: amount(CPU).map(|a| milli_cpu_to_shares(a.millis().unwrap_or(i64::MAX))),
+        ..Default::default()
+    };
+    if compressible_only {
+        return Some(out);
+    }
+    out.memory_limit = amount(MEMORY).and_then(Amount::units);
+    out.pids_limit = amount("pid").and_then(Amount::units);
+    out.hugepage_limits = reserved
+        .keys()
+        .filter_map(|name| Some((hugepage_size(name)?, amount(name)?.units()?)))
+        .collect();
+    Some(out)
+}
+
+/// One cgroup node allocatable enforcement limits, with upstream's words for the events.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Enforcement {
+    /// None for the pods' cgroup; else systemReservedCgroup or kubeReservedCgroup.
+    pub cgroup: Option<String>,
+    pub limits: PodResources,
+    done: String,
+    failed: String,
+}
+
+/// What enforceNodeAllocatable asks for: the pods' cgroup always (with the whole capacity
+/// when "pods" is not a key), and the reserved cgroups their keys name.
+pub fn enforcements(
+    capacity: &Resources,
+    pid_max: Option<i64>,
+    s: &AllocatableSettings,
+) -> Vec<Enforcement> {
+    let mut out = vec![Enforcement {
+        cgroup: None,
+        limits: pods_limits(capacity, pid_max, s),
+        done: "Updated Node Allocatable limit across pods".into(),
+        failed: "Failed to update Node Allocatable Limits".into(),
+    }];
+    let keys = &s.enforce_node_allocatable;
+    for (key, cgroup, reserved, who) in [
+        (
+            "system-reserved",
+            &s.system_reserved_cgroup,
+            &s.system_reserved,
+            "System",
+        ),
+        (
+            "kube-reserved",
+            &s.kube_reserved_cgroup,
+            &s.kube_reserved,
+            "Kube",
+        ),
+    ] {
+        let full = keys.iter().any(|k| k == key);
+        let compressible = keys.iter().any(|k| *k == format!("{key}-compressible"));
+        // Validation asks for the cgroup with either key.
+        if !(full || compressible) || cgroup.is_empty() {
+            continue;
+        }
+        let Some(limits) = reserved_limits(reserved, !full) else {
+            continue;
+        };
+        out.push(Enforcement {
+            cgroup: Some(cgroup.clone()),
+            limits,
+            done: format!(
+                "Updated limits on {} reserved cgroup {cgroup}",
+                who.to_lowercase()
+            ),
+            failed: format!("Failed to enforce {who} Reserved Cgroup Limits on {cgroup:?}"),
+        });
+    }
+    out
+}
+
+/// With per-QoS cgroups: limits the reserved cgroups to what is reserved for them now, and
+/// the pods' cgroup to what the node offers them in `tasks`. As upstream, a reserved cgroup
+/// that cannot be limited (one that does not exist) stops the kubelet, while the pods'
+/// cgroup is retried (pods may use more than the new limit until evictions).
 pub fn spawn_enforcement(
     cgroups: std::sync::Arc<CgroupManager>,
     machine: &MachineFacts,
@@ -226,59 +331,96 @@ pub fn spawn_enforcement(
     events: EventRecorder,
     tasks: &mut crate::tasks::Tasks,
     cancel: &CancellationToken,
-) {
+) -> Result<(), CgroupError> {
     if !cgroups.cgroups_per_qos() {
-        return;
+        return Ok(());
     }
-    let limits = pods_limits(&capacity(machine, settings), pid_max(), settings);
+    let mut todo = enforcements(&capacity(machine, settings), pid_max(), settings);
+    for e in todo.iter().filter(|e| e.cgroup.is_some()) {
+        let cgroup = e.cgroup.as_deref().unwrap_or_default();
+        if let Err(err) = cgroups.apply_reserved_limits(cgroup, &e.limits) {
+            let err = CgroupError::Enforcement {
+                what: e.failed.clone(),
+                source: Box::new(err),
+            };
+            events.node(
+                &node_name,
+                None,
+                EventType::Warning,
+                "FailedNodeAllocatableEnforcement",
+                &err.to_string(),
+            );
+            return Err(err);
+        }
+        info!(cgroup, limits = ?e.limits, "Node allocatable limits applied");
+        events.node(
+            &node_name,
+            None,
+            EventType::Normal,
+            "NodeAllocatableEnforced",
+            &e.done,
+        );
+    }
+    todo.retain(|e| e.cgroup.is_none());
     tasks.background(
         "node allocatable enforcement",
-        enforce(cgroups, limits, node_name, events, cancel.child_token()),
+        enforce(cgroups, todo, node_name, events, cancel.child_token()),
     );
+    Ok(())
 }
 
-/// Applies `limits` to the pods' cgroup, retrying every minute until it takes, and says so
+/// Applies each enforcement, retrying what failed every minute until all took, and says so
 /// with upstream's node events.
 pub async fn enforce(
     cgroups: std::sync::Arc<CgroupManager>,
-    limits: PodResources,
+    mut todo: Vec<Enforcement>,
     node_name: String,
     events: EventRecorder,
     cancel: CancellationToken,
 ) {
     loop {
-        // cgroupfs writes block; they go where the pod cgroup writes go.
-        let (c, l) = (cgroups.clone(), limits.clone());
-        let applied = match tokio::task::spawn_blocking(move || c.apply_node_limits(&l)).await {
-            Ok(r) => r.map_err(|e| e.to_string()),
-            Err(e) => Err(format!("cgroup task: {e}")),
-        };
-        match applied {
-            Ok(()) => {
-                info!(
-                    ?limits,
-                    "Node allocatable limits applied to the pods' cgroup"
-                );
-                events.node(
-                    &node_name,
-                    None,
-                    EventType::Normal,
-                    "NodeAllocatableEnforced",
-                    "Updated Node Allocatable limit across pods",
-                );
-                return;
-            }
-            Err(err) => {
-                warn!(%err, "Failed to update Node Allocatable limits");
-                events.node(
-                    &node_name,
-                    None,
-                    EventType::Warning,
-                    "FailedNodeAllocatableEnforcement",
-                    &format!("Failed to update Node Allocatable Limits: {err}"),
-                );
+        let mut left = Vec::new();
+        for e in todo {
+            // cgroupfs writes block; they go where the pod cgroup writes go.
+            let (c, one) = (cgroups.clone(), e.clone());
+            let applied = tokio::task::spawn_blocking(move || match &one.cgroup {
+                None => c.apply_node_limits(&one.limits),
+                Some(cgroup) => c.apply_reserved_limits(cgroup, &one.limits),
+            })
+            .await;
+            let applied = match applied {
+                Ok(r) => r.map_err(|e| e.to_string()),
+                Err(e) => Err(format!("cgroup task: {e}")),
+            };
+            match applied {
+                Ok(()) => {
+                    let cgroup = e.cgroup.as_deref().unwrap_or("the pods' cgroup");
+                    info!(cgroup, limits = ?e.limits, "Node allocatable limits applied");
+                    events.node(
+                        &node_name,
+                        None,
+                        EventType::Normal,
+                        "NodeAllocatableEnforced",
+                        &e.done,
+                    );
+                }
+                Err(err) => {
+                    warn!(%err, "{}", e.failed);
+                    events.node(
+                        &node_name,
+                        None,
+                        EventType::Warning,
+                        "FailedNodeAllocatableEnforcement",
+                        &format!("{}: {err}", e.failed),
+                    );
+                    left.push(e);
+                }
             }
         }
+        if left.is_empty() {
+            return;
+        }
+        todo = left;
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(RETRY) => {}
@@ -319,6 +461,67 @@ mod tests {
             enforce_node_allocatable: vec![enforce.into()],
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn huge_pages_and_reserved_cgroups() {
+        let mut capacity = cap();
+        capacity.insert("hugepages-2Mi".into(), Amount::from_units(16 << 20));
+        let system = reserved(&[("cpu", "500m"), ("memory", "1Gi"), ("hugepages-2Mi", "4Mi")]);
+        let mut s = settings("pods", system.clone(), reserved(&[("cpu", "100m")]));
+        // The pods' cgroup gets each huge page size less what is reserved.
+        let pods = pods_limits(&capacity, PID_MAX, &s);
+        assert_eq!(pods.hugepage_limits, BTreeMap::from([(2 << 20, 12 << 20)]));
+        assert_eq!(pods.hugepage_default, None);
+
+        s.enforce_node_allocatable = vec![
+            "pods".into(),
+            "system-reserved".into(),
+            "kube-reserved-compressible".into(),
+        ];
+        s.system_reserved_cgroup = "/system.slice".into();
+        s.kube_reserved_cgroup = "/kube.slice".into();
+        let all = enforcements(&capacity, PID_MAX, &s);
+        assert_eq!(all.len(), 3);
+        assert_eq!(all[0].cgroup, None);
+        assert_eq!(all[0].done, "Updated Node Allocatable limit across pods");
+        let sys = &all[1];
+        assert_eq!(sys.cgroup.as_deref(), Some("/system.slice"));
+        assert_eq!(sys.limits.cpu_shares, Some(milli_cpu_to_shares(500)));
+        assert_eq!(sys.limits.memory_limit, Some(1 << 30));
+        assert_eq!(sys.limits.pids_limit, None, "no pid reserved");
+        assert_eq!(
+            sys.limits.hugepage_limits,
+            BTreeMap::from([(2 << 20, 4 << 20)])
+        );
+        assert_eq!(
+            sys.done,
+            "Updated limits on system reserved cgroup /system.slice"
+        );
+        assert_eq!(
+            sys.failed,
+            "Failed to enforce System Reserved Cgroup Limits on \"/system.slice\""
+        );
+        // Compressible only: the cpu, nothing else.
+        let kube = &all[2];
+        assert_eq!(kube.cgroup.as_deref(), Some("/kube.slice"));
+        assert_eq!(
+            kube.limits,
+            PodResources {
+                cpu_shares: Some(milli_cpu_to_shares(100)),
+                ..Default::default()
+            }
+        );
+
+        // Nothing reserved, nothing to enforce; a key without its cgroup (refused by the
+        // validation) is skipped.
+        s.system_reserved = BTreeMap::new();
+        s.kube_reserved_cgroup = String::new();
+        assert_eq!(enforcements(&capacity, PID_MAX, &s).len(), 1);
+        assert_eq!(
+            reserved_limits(&system, false).unwrap().memory_limit,
+            Some(1 << 30)
+        );
     }
 
     #[test]

@@ -23,6 +23,9 @@ pub const BURSTABLE: &str = "burstable";
 pub const BESTEFFORT: &str = "besteffort";
 pub const POD_PREFIX: &str = "pod";
 
+/// The hugetlb limit that means none (upstream's: the kernel caps it at what it can count).
+const HUGEPAGES_UNBOUNDED: i64 = i64::MAX;
+
 const CLASSES: [QosClass; 3] = [
     QosClass::Guaranteed,
     QosClass::Burstable,
@@ -198,15 +201,18 @@ impl CgroupManager {
         if !self.cgroups_per_qos {
             return Ok(());
         }
+        // Huge pages are not held back above the pods, as upstream: each pod's own cgroup
+        // limits them (and the node allocatable limits, on the pods' cgroup).
+        let unbounded = PodResources {
+            hugepage_default: Some(HUGEPAGES_UNBOUNDED),
+            ..Default::default()
+        };
+        self.driver.apply(&self.node_name(), &unbounded)?;
         self.driver
-            .apply(&self.node_name(), &PodResources::default())?;
-        self.driver.apply(
-            &self.qos_name(QosClass::Burstable),
-            &PodResources::default(),
-        )?;
+            .apply(&self.qos_name(QosClass::Burstable), &unbounded)?;
         let besteffort = PodResources {
             cpu_shares: Some(MIN_SHARES),
-            ..Default::default()
+            ..unbounded
         };
         self.driver
             .apply(&self.qos_name(QosClass::BestEffort), &besteffort)
@@ -215,6 +221,27 @@ impl CgroupManager {
     /// Limits the cgroup every pod lives under (node allocatable enforcement).
     pub fn apply_node_limits(&self, limits: &PodResources) -> Result<(), CgroupError> {
         self.driver.apply(&self.node_name(), limits)
+    }
+
+    /// Limits an existing cgroup (systemReservedCgroup, kubeReservedCgroup, in the driver's
+    /// spelling) to what is reserved for it. As upstream, one that does not exist (in the cpu
+    /// and memory hierarchies on v1) is an error, not made.
+    pub fn apply_reserved_limits(
+        &self,
+        cgroup: &str,
+        limits: &PodResources,
+    ) -> Result<(), CgroupError> {
+        let name = self.driver.parse_root(cgroup)?;
+        let path = driver::components(&self.driver.literal(&name));
+        let checked: Vec<std::path::PathBuf> = super::fs::dirs(self.layout(), &path)
+            .into_iter()
+            .filter(|(_, h)| h.is_none_or(|h| h.has("cpu") || h.has("memory")))
+            .map(|(dir, _)| dir)
+            .collect();
+        if path.is_empty() || checked.is_empty() || !checked.iter().all(|d| d.is_dir()) {
+            return Err(CgroupError::Missing(cgroup.to_string()));
+        }
+        self.driver.apply(&name, limits)
     }
 
     /// Creates (or updates) the pod's cgroup with its resource settings and returns the
@@ -537,6 +564,56 @@ mod tests {
         m.remove_pod_cgroup("b2").unwrap();
         assert!(!bdir.exists());
         assert_eq!(m.list_pod_uids().unwrap(), ["g2"]);
+    }
+
+    #[test]
+    fn huge_pages_above_pods_and_reserved_cgroups() {
+        let tree = v2_tree();
+        let base = tree.path().join("sys/fs/cgroup");
+        let m = CgroupManager::with_fs_root(tree.path(), "", true).unwrap();
+        // The hugetlb files a kernel with 2 MiB pages offers, pinned to 0 by an earlier run.
+        for d in [
+            "kubepods",
+            "kubepods/burstable",
+            "kubepods/besteffort",
+            "system.slice",
+        ] {
+            fs::create_dir_all(base.join(d)).unwrap();
+            fs::write(base.join(d).join("hugetlb.2MB.max"), "0").unwrap();
+        }
+        m.ensure_node_cgroups().unwrap();
+        for d in ["kubepods", "kubepods/burstable", "kubepods/besteffort"] {
+            assert_eq!(
+                read(base.join(d).join("hugetlb.2MB.max")),
+                i64::MAX.to_string(),
+                "{d}: huge pages are limited per pod, not above"
+            );
+        }
+
+        let reserved = PodResources {
+            cpu_shares: Some(102),
+            memory_limit: Some(100 << 20),
+            ..Default::default()
+        };
+        m.apply_reserved_limits("/system.slice", &reserved).unwrap();
+        let sys = base.join("system.slice");
+        assert_eq!(read(sys.join("cpu.weight")), "4");
+        assert_eq!(read(sys.join("memory.max")), (100 << 20).to_string());
+        assert_eq!(
+            read(sys.join("hugetlb.2MB.max")),
+            "0",
+            "not reserved: untouched"
+        );
+        // As upstream: a reserved cgroup is limited, never made.
+        let err = m
+            .apply_reserved_limits("/kube.slice", &reserved)
+            .unwrap_err();
+        assert_eq!(err.to_string(), "\"/kube.slice\" cgroup does not exist");
+        assert!(!base.join("kube.slice").exists());
+        assert!(matches!(
+            m.apply_reserved_limits("/", &reserved),
+            Err(CgroupError::Missing(_))
+        ));
     }
 
     #[test]

@@ -72,6 +72,13 @@ pub enum CgroupError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("{0:?} cgroup does not exist")]
+    Missing(String),
+    #[error("{what}: {source}")]
+    Enforcement {
+        what: String,
+        source: Box<CgroupError>,
+    },
     #[error("unknown cgroup driver {0:?}")]
     UnknownDriver(String),
     #[error("the systemd cgroup driver needs systemd as the init system, and {0} is missing")]

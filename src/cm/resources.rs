@@ -31,6 +31,9 @@ pub struct PodResources {
     pub pids_limit: Option<i64>,
     /// Page size in bytes -> limit in bytes, for hugepages the pod requests.
     pub hugepage_limits: BTreeMap<i64, i64>,
+    /// The limit for every other page size the kernel offers: 0 for a pod (it may use only
+    /// what it asked for), none for the cgroups above pods, which keep whatever they have.
+    pub hugepage_default: Option<i64>,
 }
 
 /// Knobs from the kubelet configuration that shape pod cgroups.
@@ -97,7 +100,7 @@ fn millis(amount: Amount, what: &str) -> Result<i64, QuantityError> {
 }
 
 /// Parses "2Mi" out of "hugepages-2Mi" into a page size in bytes.
-fn hugepage_size(resource: &str) -> Option<i64> {
+pub fn hugepage_size(resource: &str) -> Option<i64> {
     let size = resource.strip_prefix(HUGEPAGES_PREFIX)?;
     parse_bytes(&k8s_openapi::apimachinery::pkg::api::resource::Quantity(
         size.to_string(),
@@ -150,6 +153,7 @@ pub fn pod_resources(
             out.hugepage_limits.insert(size, units(*amount, name)?);
         }
     }
+    out.hugepage_default = Some(0);
     out.pids_limit = opts.pids_limit.filter(|p| *p > 0);
     Ok(out)
 }
@@ -229,6 +233,7 @@ mod tests {
                 cpu_quota: Some(50_000),
                 cpu_period: Some(100_000),
                 memory_limit: Some(134_217_728),
+                hugepage_default: Some(0),
                 ..Default::default()
             }
         );
@@ -262,6 +267,8 @@ mod tests {
             r,
             PodResources {
                 cpu_shares: Some(2),
+                // Sizes it did not ask for: none.
+                hugepage_default: Some(0),
                 ..Default::default()
             }
         );

@@ -76,7 +76,7 @@ pub(super) fn spawn(
         events,
         tasks,
         cancel,
-    );
+    )?;
     let capacity = allocatable::capacity(facts, &allocatable_settings);
     let allocatable = allocatable::allocatable(&allocatable_settings, &capacity);
     let (kills, evictions) = eviction::queue();

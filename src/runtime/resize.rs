@@ -226,6 +226,7 @@ pub fn pod_cgroup_steps(
     };
     let mut before = PodResources {
         hugepage_limits: new.hugepage_limits.clone(),
+        hugepage_default: new.hugepage_default,
         ..Default::default()
     };
     let mut after = before.clone();
@@ -250,6 +251,7 @@ pub fn pod_cgroup_steps(
     let before = (before
         != PodResources {
             hugepage_limits: new.hugepage_limits.clone(),
+            hugepage_default: new.hugepage_default,
             ..Default::default()
         })
     .then_some(before);

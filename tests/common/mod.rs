@@ -250,6 +250,19 @@ impl Kubelet {
         }
     }
 
+    /// Waits up to `timeout` for a kubelet that is meant to refuse to start; its exit status.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.as_mut()?.try_wait().ok().flatten() {
+                self.child = None;
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
     /// The kubelet's own pid: the child, or the wrapper's child (nsenter does not pass
     /// signals on).
     pub fn pid(&self) -> Option<u32> {

@@ -128,7 +128,7 @@ pub(crate) fn hugetlb_size(name: &str) -> Option<i64> {
     num.parse::<i64>().ok()?.checked_mul(1 << shift)
 }
 
-/// Every page size the kernel offers gets a limit: what the pod requested, else 0.
+/// Every page size the kernel offers gets its limit in `r`, else `r`'s default, else stays.
 pub(crate) fn apply_hugetlb(dir: &Path, suffix: &str, r: &PodResources) -> Result<(), CgroupError> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Ok(());
@@ -143,7 +143,9 @@ pub(crate) fn apply_hugetlb(dir: &Path, suffix: &str, r: &PodResources) -> Resul
         else {
             continue;
         };
-        let limit = r.hugepage_limits.get(&size).copied().unwrap_or(0);
+        let Some(limit) = r.hugepage_limits.get(&size).copied().or(r.hugepage_default) else {
+            continue;
+        };
         write_file(&entry.path(), &limit.to_string())?;
     }
     Ok(())
