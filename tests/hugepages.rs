@@ -30,20 +30,21 @@ fn free_2m_pages() -> u64 {
 fn huge_pod() -> Pod {
     // Guaranteed: requests equal limits, huge pages included.
     let resources = json!({"cpu": "100m", "memory": "32Mi", "hugepages-2Mi": "4Mi"});
-    api_pod(json!({
-        "metadata": {"name": POD},
-        "spec": {
-            "nodeName": NODE_NAME,
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{
-                "name": "main",
-                "image": BUSYBOX,
-                "imagePullPolicy": "IfNotPresent",
-                "command": ["sleep", "3600"],
-                "resources": {"requests": resources, "limits": resources},
-            }],
-        },
-    }))
+    let mut pod = bound_sleeper(POD, NODE_NAME);
+    pod["spec"]["containers"][0]["resources"] = json!({"requests": resources, "limits": resources});
+    api_pod(pod)
+}
+
+/// The pod once it reached `phase`, within `timeout`.
+async fn in_phase(pods: &Api<Pod>, phase: &str, timeout: Duration) -> Pod {
+    wait_async(timeout, &format!("the pod {phase}"), || {
+        let pods = pods.clone();
+        async move {
+            let p = pods.get(POD).await.ok()?;
+            (p.status.as_ref()?.phase.as_deref() == Some(phase)).then_some(p)
+        }
+    })
+    .await
 }
 
 #[test]
@@ -113,27 +114,13 @@ async fn huge_pages() {
     create_pod(&pods, &huge_pod()).await;
     if free >= 2 {
         println!("{free} free 2 MiB pages: the pod must run with its limit");
-        let pod = wait_async(Duration::from_secs(90), "the pod running", || {
-            let pods = pods.clone();
-            async move {
-                let p = pods.get(POD).await.ok()?;
-                (p.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(p)
-            }
-        })
-        .await;
+        let pod = in_phase(&pods, "Running", Duration::from_secs(90)).await;
         let uid = pod.metadata.uid.unwrap();
         let dir = cgroup::find("hugetlb", &format!("pod{uid}")).expect("the pod's cgroup");
         assert_eq!(cgroup::hugetlb_2m_limit(&dir), 4 << 20, "{}", dir.display());
     } else {
         println!("no free 2 MiB pages: the pod must be refused");
-        let pod = wait_async(Duration::from_secs(60), "the pod refused", || {
-            let pods = pods.clone();
-            async move {
-                let p = pods.get(POD).await.ok()?;
-                (p.status.as_ref()?.phase.as_deref() == Some("Failed")).then_some(p)
-            }
-        })
-        .await;
+        let pod = in_phase(&pods, "Failed", Duration::from_secs(60)).await;
         let status = pod.status.unwrap();
         assert_eq!(status.reason.as_deref(), Some("OutOfhugepages-2Mi"));
         let message = status.message.unwrap_or_default();

@@ -85,19 +85,16 @@ fn memory_hog_is_oom_killed() {
     assert_eq!(phase(&pod), "Running", "status: {pod:#}");
     // The reason came from the kernel's record of this very container, not from a guess.
     let id = pod_container_id(&pod);
+    let logged = |what: &str| k.log().lines().any(|l| l.contains(what) && l.contains(id));
     assert!(
-        k.log()
-            .lines()
-            .any(|l| l.contains("OOM kill") && l.contains(id)),
+        logged("OOM kill"),
         "no OOM kill of {id} in the log:\n{}",
         tail(&k.log(), 40)
     );
     // On cgroup v2 the container's own memory.events counted it too (e2e/vm/run.sh test).
     if cgroup_v2_host() {
         assert!(
-            k.log()
-                .lines()
-                .any(|l| l.contains("counted in the container's memory.events") && l.contains(id)),
+            logged("counted in the container's memory.events"),
             "memory.events did not count the kill of {id}:\n{}",
             tail(&k.log(), 40)
         );

@@ -335,92 +335,80 @@ pub fn spawn_enforcement(
     if !cgroups.cgroups_per_qos() {
         return Ok(());
     }
-    let mut todo = enforcements(&capacity(machine, settings), pid_max(), settings);
-    for e in todo.iter().filter(|e| e.cgroup.is_some()) {
+    let (pods, reserved): (Vec<_>, Vec<_>) =
+        enforcements(&capacity(machine, settings), pid_max(), settings)
+            .into_iter()
+            .partition(|e| e.cgroup.is_none());
+    for e in &reserved {
         let cgroup = e.cgroup.as_deref().unwrap_or_default();
         if let Err(err) = cgroups.apply_reserved_limits(cgroup, &e.limits) {
             let err = CgroupError::Enforcement {
                 what: e.failed.clone(),
                 source: Box::new(err),
             };
-            events.node(
-                &node_name,
-                None,
-                EventType::Warning,
-                "FailedNodeAllocatableEnforcement",
-                &err.to_string(),
-            );
+            failed(&events, &node_name, &err.to_string());
             return Err(err);
         }
-        info!(cgroup, limits = ?e.limits, "Node allocatable limits applied");
-        events.node(
-            &node_name,
-            None,
-            EventType::Normal,
-            "NodeAllocatableEnforced",
-            &e.done,
+        applied(&events, &node_name, e);
+    }
+    for e in pods {
+        tasks.background(
+            "node allocatable enforcement",
+            enforce(
+                cgroups.clone(),
+                e,
+                node_name.clone(),
+                events.clone(),
+                cancel.child_token(),
+            ),
         );
     }
-    todo.retain(|e| e.cgroup.is_none());
-    tasks.background(
-        "node allocatable enforcement",
-        enforce(cgroups, todo, node_name, events, cancel.child_token()),
-    );
     Ok(())
 }
 
-/// Applies each enforcement, retrying what failed every minute until all took, and says so
-/// with upstream's node events.
+fn applied(events: &EventRecorder, node_name: &str, e: &Enforcement) {
+    let cgroup = e.cgroup.as_deref().unwrap_or("the pods' cgroup");
+    info!(cgroup, limits = ?e.limits, "Node allocatable limits applied");
+    events.node(
+        node_name,
+        None,
+        EventType::Normal,
+        "NodeAllocatableEnforced",
+        &e.done,
+    );
+}
+
+fn failed(events: &EventRecorder, node_name: &str, message: &str) {
+    warn!("{message}");
+    events.node(
+        node_name,
+        None,
+        EventType::Warning,
+        "FailedNodeAllocatableEnforcement",
+        message,
+    );
+}
+
+/// Applies the pods' cgroup limits, retrying every minute until they take, and says so with
+/// upstream's node events.
 pub async fn enforce(
     cgroups: std::sync::Arc<CgroupManager>,
-    mut todo: Vec<Enforcement>,
+    pods: Enforcement,
     node_name: String,
     events: EventRecorder,
     cancel: CancellationToken,
 ) {
     loop {
-        let mut left = Vec::new();
-        for e in todo {
-            // cgroupfs writes block; they go where the pod cgroup writes go.
-            let (c, one) = (cgroups.clone(), e.clone());
-            let applied = tokio::task::spawn_blocking(move || match &one.cgroup {
-                None => c.apply_node_limits(&one.limits),
-                Some(cgroup) => c.apply_reserved_limits(cgroup, &one.limits),
-            })
-            .await;
-            let applied = match applied {
-                Ok(r) => r.map_err(|e| e.to_string()),
-                Err(e) => Err(format!("cgroup task: {e}")),
-            };
-            match applied {
-                Ok(()) => {
-                    let cgroup = e.cgroup.as_deref().unwrap_or("the pods' cgroup");
-                    info!(cgroup, limits = ?e.limits, "Node allocatable limits applied");
-                    events.node(
-                        &node_name,
-                        None,
-                        EventType::Normal,
-                        "NodeAllocatableEnforced",
-                        &e.done,
-                    );
-                }
-                Err(err) => {
-                    warn!(%err, "{}", e.failed);
-                    events.node(
-                        &node_name,
-                        None,
-                        EventType::Warning,
-                        "FailedNodeAllocatableEnforcement",
-                        &format!("{}: {err}", e.failed),
-                    );
-                    left.push(e);
-                }
-            }
+        // cgroupfs writes block; they go where the pod cgroup writes go.
+        let (c, limits) = (cgroups.clone(), pods.limits.clone());
+        let result = match tokio::task::spawn_blocking(move || c.apply_node_limits(&limits)).await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(e) => Err(format!("cgroup task: {e}")),
+        };
+        match result {
+            Ok(()) => return applied(&events, &node_name, &pods),
+            Err(err) => failed(&events, &node_name, &format!("{}: {err}", pods.failed)),
         }
-        if left.is_empty() {
-            return;
-        }
-        todo = left;
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(RETRY) => {}

@@ -151,20 +151,16 @@ impl CgroupManager {
     /// On cgroup v2 with cgroupsPerQOS, the directories pod cgroups are made in: the node
     /// cgroup (Guaranteed pods) and its burstable and besteffort children.
     pub fn qos_dirs_v2(&self) -> Vec<std::path::PathBuf> {
-        let Layout::V2(root) = self.layout() else {
-            return Vec::new();
-        };
-        if !self.cgroups_per_qos {
+        if !self.cgroups_per_qos || !matches!(self.layout(), Layout::V2(_)) {
             return Vec::new();
         }
         CLASSES
             .iter()
-            .map(|q| {
-                let name = self.driver.literal(&self.qos_name(*q));
-                driver::components(&name)
-                    .iter()
-                    .fold(root.clone(), |p, c| p.join(c))
+            .flat_map(|q| {
+                let parts = driver::components(&self.driver.literal(&self.qos_name(*q)));
+                super::fs::dirs(self.layout(), &parts)
             })
+            .map(|(dir, _)| dir)
             .collect()
     }
 
