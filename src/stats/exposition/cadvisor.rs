@@ -88,32 +88,32 @@ const FAMILIES: &[(&str, &str, Kind)] = &[
         Kind::Gauge,
     ),
     (
-        "container_pressure_cpu_stalled_seconds_total",
+        CPU_PRESSURE.0,
         "Total time duration no tasks in the container could make progress due to CPU congestion.",
         Kind::Counter,
     ),
     (
-        "container_pressure_cpu_waiting_seconds_total",
+        CPU_PRESSURE.1,
         "Total time duration tasks in the container have waited due to CPU congestion.",
         Kind::Counter,
     ),
     (
-        "container_pressure_memory_stalled_seconds_total",
+        MEMORY_PRESSURE.0,
         "Total time duration no tasks in the container could make progress due to memory congestion.",
         Kind::Counter,
     ),
     (
-        "container_pressure_memory_waiting_seconds_total",
+        MEMORY_PRESSURE.1,
         "Total time duration tasks in the container have waited due to memory congestion.",
         Kind::Counter,
     ),
     (
-        "container_pressure_io_stalled_seconds_total",
+        IO_PRESSURE.0,
         "Total time duration no tasks in the container could make progress due to IO congestion.",
         Kind::Counter,
     ),
     (
-        "container_pressure_io_waiting_seconds_total",
+        IO_PRESSURE.1,
         "Total time duration tasks in the container have waited due to IO congestion.",
         Kind::Counter,
     ),
