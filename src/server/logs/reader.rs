@@ -60,6 +60,19 @@ enum Flow {
     Stop,
 }
 
+/// A follower's progress through a rotation. The kubelet renames the log and asks the runtime
+/// to reopen it; the runtime creates the new file and only a moment later moves its writes
+/// there, so lines written in that moment land in the old file.
+#[derive(Clone, Copy)]
+enum Switch {
+    /// The path names the file being read.
+    None,
+    /// The path names a new file that is still empty.
+    Seen,
+    /// The new file has data: read the old one to its end, then move.
+    Drain,
+}
+
 struct Open {
     reader: BufReader<File>,
     /// Device and inode, to notice that the path now names another file.
@@ -81,8 +94,8 @@ struct LogReader<F> {
     out: Vec<u8>,
     /// False once the container was seen not running: read to the end, then stop.
     running_seen: bool,
-    /// The path names a new file; switch to it after draining the old one.
-    switch_pending: bool,
+    /// How far a rotation of the followed file has got.
+    switch: Switch,
     last_status: Option<Instant>,
     running: F,
     done: bool,
@@ -104,7 +117,7 @@ where
             pending: Vec::new(),
             out: Vec::new(),
             running_seen: true,
-            switch_pending: false,
+            switch: Switch::None,
             last_status: None,
             running,
             done: false,
@@ -155,22 +168,37 @@ where
             if !self.out.is_empty() {
                 return Some(Bytes::from(std::mem::take(&mut self.out)));
             }
-            if self.switch_pending {
-                self.switch_pending = false;
-                if let Err(msg) = self.reopen().await {
-                    self.fail(msg);
-                    return self.finish();
+            match self.switch {
+                Switch::Drain => {
+                    self.switch = Switch::None;
+                    if let Err(msg) = self.reopen().await {
+                        self.fail(msg);
+                        return self.finish();
+                    }
+                    continue;
                 }
-                continue;
+                Switch::Seen => match self.other_file_len().await {
+                    // The runtime writes to the new file only once it has let go of the
+                    // old one, so the old one's end is final now: read it once more.
+                    Some(len) if len > 0 => {
+                        self.switch = Switch::Drain;
+                        continue;
+                    }
+                    Some(_) => {}
+                    // Renamed back (the runtime could not reopen): still our file.
+                    None => self.switch = Switch::None,
+                },
+                Switch::None => {
+                    if self.other_file_len().await.is_some() {
+                        // The runtime may still write to the old file for a while after
+                        // the new one appears; keep reading the old one until then.
+                        self.switch = Switch::Seen;
+                        continue;
+                    }
+                }
             }
             if !self.running_seen {
                 return self.finish();
-            }
-            if self.path_replaced().await {
-                // Anything the runtime wrote to the old file before it switched is read
-                // first; the switch happens at the next end of file.
-                self.switch_pending = true;
-                continue;
             }
             self.wait().await;
         }
@@ -309,14 +337,20 @@ where
         Flow::Continue
     }
 
-    /// True when the path now names a different file than the one being read.
-    async fn path_replaced(&mut self) -> bool {
-        let Some(open) = self.file.as_ref() else {
-            return false;
-        };
-        match tokio::fs::metadata(&self.path).await {
-            Ok(m) => (m.dev(), m.ino()) != open.ident,
-            Err(_) => false,
+    /// The size of the file the path names, when that is not the file being read.
+    async fn other_file_len(&mut self) -> Option<u64> {
+        let open = self.file.as_ref()?;
+        let m = tokio::fs::metadata(&self.path).await.ok()?;
+        ((m.dev(), m.ino()) != open.ident).then_some(m.len())
+    }
+
+    /// True when waiting should end for the rotation: the new file appeared, or it got its
+    /// first data while the old one is still being read.
+    async fn switch_moved(&mut self) -> bool {
+        match self.switch {
+            Switch::None => self.other_file_len().await.is_some(),
+            Switch::Seen => self.other_file_len().await.is_some_and(|n| n > 0),
+            Switch::Drain => true,
         }
     }
 
@@ -347,7 +381,7 @@ where
         let deadline = now + STATUS_EVERY;
         loop {
             tokio::time::sleep(POLL).await;
-            if self.grew().await || self.path_replaced().await || Instant::now() >= deadline {
+            if self.grew().await || self.switch_moved().await || Instant::now() >= deadline {
                 return;
             }
         }
@@ -634,6 +668,36 @@ mod tests {
             got += &more;
         }
         assert_eq!(got, "first\nsecond\nlate in old\nin new\nlast\n");
+    }
+
+    /// containerd creates the new file before it moves its writes there: lines that land in
+    /// the old file after the new one appears are still read, before the new file's.
+    #[tokio::test]
+    async fn follow_reads_the_old_file_until_the_new_one_gets_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write_file(dir.path(), "0.log", &format!("{T1} stdout F first\n"));
+        let opts = ReadOptions {
+            follow: true,
+            ..Default::default()
+        };
+        let mut stream = Box::pin(log_stream(p.clone(), opts, || async { true }));
+        let mut got = next_text(&mut stream).await.expect("first chunk");
+
+        let rotated = dir.path().join("0.log.20240101-000003");
+        std::fs::rename(&p, &rotated).unwrap();
+        std::fs::File::create(&p).unwrap();
+        // Several polls pass with the new file empty.
+        let _ = tokio::time::timeout(Duration::from_millis(500), stream.next()).await;
+        append(&rotated, &format!("{T2} stdout F late in old\n"));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        append(&rotated, &format!("{T2} stdout F later in old\n"));
+        append(&p, &format!("{T3} stdout F in new\n"));
+        while !got.contains("in new") {
+            got += &next_text(&mut stream)
+                .await
+                .expect("lines around the rotation");
+        }
+        assert_eq!(got, "first\nlate in old\nlater in old\nin new\n");
     }
 
     #[tokio::test]
