@@ -90,8 +90,42 @@ ensure_tools() {
 		command -v ssh >/dev/null && return 0
 	vm_log "installing qemu-system-x86, qemu-utils and openssh-client"
 	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-		qemu-system-x86 qemu-utils openssh-client >/dev/null
+	local from=()
+	# A machine whose qemu-utils came from backports (these machines ship qemu-img 10 from
+	# bookworm-backports) cannot take the suite's qemu-system-x86 beside it: qemu-utils 10
+	# breaks qemu-system-common before 8.0. qemu then comes from that same backports suite.
+	if [[ "$(dpkg-query -W -f='${Version}' qemu-utils 2>/dev/null)" == *~bpo* ]]; then
+		from=(-t "$(backports_suite)")
+	fi
+	local status=0
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${from[@]}" \
+		qemu-system-x86 qemu-utils openssh-client >/dev/null || status=$?
+	drop_backports_source
+	return "$status"
+}
+
+BACKPORTS_LIST=/etc/apt/sources.list.d/kubelet-rs-vm-backports.list
+
+# backports_suite: "<codename>-backports", made known to apt for this install when no source
+# the machine has already names it (drop_backports_source takes that away again).
+backports_suite() {
+	local codename suite sources
+	codename="$(. /etc/os-release && echo "${VERSION_CODENAME:-}")"
+	[[ -n "$codename" ]] || vm_die "cannot tell the machine's Debian suite from /etc/os-release"
+	suite="$codename-backports"
+	sources="$(apt-cache policy 2>/dev/null)"
+	if [[ "$sources" != *" $suite/"* ]]; then
+		vm_log "qemu-utils came from $suite: adding it as a package source for this install"
+		echo "deb http://deb.debian.org/debian $suite main" >"$BACKPORTS_LIST"
+		apt-get update -qq >&2
+	fi
+	echo "$suite"
+}
+
+drop_backports_source() {
+	[[ -e "$BACKPORTS_LIST" ]] || return 0
+	rm -f "$BACKPORTS_LIST"
+	apt-get update -qq || true
 }
 
 make_network() {
