@@ -117,7 +117,10 @@ backports_suite() {
 	if [[ "$sources" != *" $suite/"* ]]; then
 		vm_log "qemu-utils came from $suite: adding it as a package source for this install"
 		echo "deb http://deb.debian.org/debian $suite main" >"$BACKPORTS_LIST"
-		apt-get update -qq >&2
+		apt-get update -qq >&2 || {
+			drop_backports_source
+			vm_die "apt-get update failed with $suite as a source"
+		}
 	fi
 	echo "$suite"
 }
@@ -125,7 +128,7 @@ backports_suite() {
 drop_backports_source() {
 	[[ -e "$BACKPORTS_LIST" ]] || return 0
 	rm -f "$BACKPORTS_LIST"
-	apt-get update -qq || true
+	apt-get update -qq >&2 || true
 }
 
 make_network() {
