@@ -626,6 +626,23 @@ mod tests {
             .map(|b| String::from_utf8(b.unwrap_or_else(|e| match e {}).to_vec()).unwrap())
     }
 
+    fn following() -> ReadOptions {
+        ReadOptions {
+            follow: true,
+            ..Default::default()
+        }
+    }
+
+    /// Adds chunks to `got` until it holds `needle`.
+    async fn read_until<S>(s: &mut S, got: &mut String, needle: &str)
+    where
+        S: Stream<Item = Result<Bytes, Infallible>> + Unpin,
+    {
+        while !got.contains(needle) {
+            *got += &next_text(s).await.expect("lines around the rotation");
+        }
+    }
+
     /// A follower that reads until the container "stops", through a rotation.
     #[tokio::test]
     async fn follow_appends_and_rotation_until_the_container_stops() {
@@ -633,10 +650,7 @@ mod tests {
         let p = write_file(dir.path(), "0.log", &format!("{T1} stdout F first\n"));
         let running = Arc::new(AtomicBool::new(true));
         let flag = running.clone();
-        let opts = ReadOptions {
-            follow: true,
-            ..Default::default()
-        };
+        let opts = following();
         let mut stream = Box::pin(log_stream(p.clone(), opts, move || {
             let r = flag.load(Ordering::SeqCst);
             async move { r }
@@ -655,11 +669,7 @@ mod tests {
         std::fs::rename(&p, &rotated).unwrap();
         append(&rotated, &format!("{T2} stdout F late in old\n"));
         append(&p, &format!("{T3} stdout F in new\n"));
-        while !got.contains("in new") {
-            got += &next_text(&mut stream)
-                .await
-                .expect("lines around the rotation");
-        }
+        read_until(&mut stream, &mut got, "in new").await;
 
         // The container's last words come before it is seen stopped.
         append(&p, &format!("{T3} stdout F last\n"));
@@ -676,10 +686,7 @@ mod tests {
     async fn follow_reads_the_old_file_until_the_new_one_gets_data() {
         let dir = tempfile::tempdir().unwrap();
         let p = write_file(dir.path(), "0.log", &format!("{T1} stdout F first\n"));
-        let opts = ReadOptions {
-            follow: true,
-            ..Default::default()
-        };
+        let opts = following();
         let mut stream = Box::pin(log_stream(p.clone(), opts, || async { true }));
         let mut got = next_text(&mut stream).await.expect("first chunk");
 
@@ -692,11 +699,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(300)).await;
         append(&rotated, &format!("{T2} stdout F later in old\n"));
         append(&p, &format!("{T3} stdout F in new\n"));
-        while !got.contains("in new") {
-            got += &next_text(&mut stream)
-                .await
-                .expect("lines around the rotation");
-        }
+        read_until(&mut stream, &mut got, "in new").await;
         assert_eq!(got, "first\nlate in old\nlater in old\nin new\n");
     }
 
@@ -729,10 +732,7 @@ mod tests {
         let p = write_file(dir.path(), "0.log", &format!("{T1} stdout F x\n"));
         let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counter = asked.clone();
-        let opts = ReadOptions {
-            follow: true,
-            ..Default::default()
-        };
+        let opts = following();
         let mut s = Box::pin(log_stream(p, opts, move || {
             counter.fetch_add(1, Ordering::SeqCst);
             async { true }
