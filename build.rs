@@ -1,4 +1,5 @@
-//! Generates the gRPC bindings: the CRI (runtime.v1) and the kubelet's pod-resources (v1), and
+//! Generates the gRPC bindings: the CRI (runtime.v1), the kubelet's pod-resources (v1), plugin
+//! registration (pluginregistration) and the CSI Node and Identity services (csi.v1), and
 //! stamps the binary with the commit it is built from, as upstream's `--version=raw` shows
 //! (GitCommit, GitTreeState).
 //!
@@ -36,6 +37,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
+        .compile_fds(fds)?;
+
+    // The kubelet is the client of both; the servers serve the tests' own CSI driver.
+    let registration = proto_root.join("pluginregistration/v1/api.proto");
+    let csi = proto_root.join("csi/v1/csi.proto");
+    let fds = protox::compile([&registration, &csi], [proto_root])?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .generate_default_stubs(true)
+        // Volume secrets must never reach a log through `{:?}`; src/volume/csi/api.rs
+        // supplies a redacting Debug instead.
+        .skip_debug([
+            "csi.v1.NodeStageVolumeRequest",
+            "csi.v1.NodePublishVolumeRequest",
+            "csi.v1.NodeExpandVolumeRequest",
+        ])
         .compile_fds(fds)?;
     Ok(())
 }

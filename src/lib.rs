@@ -34,6 +34,7 @@ mod nodeshutdown;
 mod oom;
 mod pki;
 mod pleg;
+mod pluginmanager;
 mod pod;
 mod podinputs;
 mod podresources;
@@ -64,6 +65,8 @@ pub mod testing {
     pub use crate::apiclient::{ApiClientError, connect};
     pub use crate::certificate::{CertError, bootstrap_if_needed, rotate_once};
     pub use crate::cri::{CriError, connect_channel};
+    pub use crate::pluginmanager::registration::api as pluginregistration;
     pub use crate::podinputs::tokens::TokenCache;
     pub use crate::podresources::api as podresources;
+    pub use crate::volume::csi::api as csi;
 }

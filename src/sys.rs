@@ -128,6 +128,20 @@ pub fn mount_tmpfs(target: &Path, size_bytes: Option<u64>) -> io::Result<()> {
     )?)
 }
 
+/// Bind-mounts `source` on `target`, read-only when asked (a bind mount takes the read-only
+/// flag only on a remount).
+pub fn bind_mount(source: &Path, target: &Path, read_only: bool) -> io::Result<()> {
+    rustix::mount::mount_bind(source, target)?;
+    if read_only {
+        let flags = MountFlags::BIND | MountFlags::RDONLY;
+        if let Err(e) = rustix::mount::mount_remount(target, flags, "") {
+            let _ = rustix::mount::unmount(target, UnmountFlags::DETACH);
+            return Err(e.into());
+        }
+    }
+    Ok(())
+}
+
 /// Detaches the mount on `target` (umount2 with MNT_DETACH).
 pub fn unmount_detach(target: &Path) -> io::Result<()> {
     Ok(rustix::mount::unmount(target, UnmountFlags::DETACH)?)

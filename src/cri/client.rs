@@ -2,16 +2,14 @@
 //! bounded by a deadline and traced.
 
 use std::future::Future;
-use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hyper_util::rt::TokioIo;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
 use tracing::Instrument;
 use tracing::field::Empty;
 
+use crate::grpc_uds::DialError;
 use crate::telemetry::trace::{TARGET, propagate};
 
 use super::api;
@@ -57,29 +55,19 @@ impl std::fmt::Debug for RuntimeClient {
 /// Opens a gRPC channel to a unix socket, waiting at most `timeout` for the
 /// connection (socket connect plus HTTP/2 handshake).
 pub async fn connect_channel(endpoint: &str, timeout: Duration) -> Result<Channel, CriError> {
-    let path: Arc<PathBuf> = Arc::new(parse_endpoint(endpoint)?);
-    // The connector below ignores the URI and dials the socket; the URI only gives the
-    // `:authority`, and `localhost` is what grpc-go (so upstream's kubelet) sends to a unix
-    // socket, the one value every runtime's server accepts.
-    let ep = Endpoint::from_static("http://localhost").connect_timeout(timeout);
-    let connector = tower::service_fn(move |_: Uri| {
-        let path = Arc::clone(&path);
-        async move {
-            let stream = tokio::net::UnixStream::connect(path.as_path()).await?;
-            Ok::<_, std::io::Error>(TokioIo::new(stream))
-        }
-    });
-    match tokio::time::timeout(timeout, ep.connect_with_connector(connector)).await {
-        Ok(Ok(channel)) => Ok(channel),
-        Ok(Err(source)) => Err(CriError::Connect {
-            endpoint: endpoint.to_string(),
-            source,
-        }),
-        Err(_) => Err(CriError::Timeout {
-            op: "Connect",
-            after: timeout,
-        }),
-    }
+    let path = parse_endpoint(endpoint)?;
+    crate::grpc_uds::dial(&path, timeout)
+        .await
+        .map_err(|e| match e {
+            DialError::Connect(source) => CriError::Connect {
+                endpoint: endpoint.to_string(),
+                source,
+            },
+            DialError::Timeout(after) => CriError::Timeout {
+                op: "Connect",
+                after,
+            },
+        })
 }
 
 /// The ImageService's methods; every other op belongs to the RuntimeService.
@@ -212,7 +200,7 @@ impl RuntimeClient {
     /// before reaching the runtime.
     #[cfg(test)]
     pub fn unreachable() -> Self {
-        let channel = Endpoint::from_static("http://127.0.0.1:1").connect_lazy();
+        let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:1").connect_lazy();
         Self::from_channels(channel.clone(), channel, Duration::from_secs(1))
     }
 

@@ -1,7 +1,9 @@
-//! gRPC servers on unix sockets (pod-resources now; device-plugin and plugin-registration
-//! later) that answer every client the way upstream's Go servers do, whatever `:authority`
-//! the client sends (see `rewrite`). Serve with `incoming(listener)` in place of the listener.
+//! gRPC on unix sockets. Servers (pod-resources now; device-plugin later) answer every client
+//! the way upstream's Go servers do, whatever `:authority` the client sends (see `rewrite`):
+//! serve with `incoming(listener)` in place of the listener. Clients (the runtime, plugins)
+//! open their channels with `dial`.
 
+mod dial;
 pub(crate) mod hpack;
 mod huffman;
 mod rewrite;
@@ -17,6 +19,8 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::server::{Connected, UdsConnectInfo};
 use tracing::debug;
+
+pub use dial::{DialError, dial};
 
 /// Bytes read from the socket per call; a frame larger than this simply takes several reads.
 const READ_CHUNK: usize = 16 * 1024;

@@ -38,6 +38,9 @@ pub enum KubeletError {
     /// The pod-resources socket could not be bound.
     #[error(transparent)]
     PodResources(#[from] podresources::PodResourcesError),
+    /// The plugin registry folder could not be made.
+    #[error(transparent)]
+    PluginManager(#[from] crate::pluginmanager::PluginManagerError),
     /// The eviction thresholds cannot be parsed.
     #[error("eviction settings: {0}")]
     Eviction(#[from] crate::eviction::thresholds::ThresholdError),

@@ -11,6 +11,7 @@
 
 mod error;
 mod node_loops;
+mod plugins;
 mod pods;
 mod preflight;
 
@@ -111,7 +112,9 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         .copied()
         .unwrap_or(true);
     let pleg = pleg::spawn(core.cri.clone(), evented, &mut tasks, &cancel);
-    let (managers, probe_changes) = pods::managers(&core, runtime_version, &mut tasks, &cancel);
+    let csi_drivers = plugins::spawn(&core, &mut tasks, &cancel)?;
+    let (managers, probe_changes) =
+        pods::managers(&core, runtime_version, csi_drivers, &mut tasks, &cancel);
     let runtime_pods = pleg.runtime_pods.clone();
     let volumes = managers.parts.volumes.clone();
     let node = node_loops::spawn(&core, volumes, runtime_pods, &mut tasks, &cancel)?;

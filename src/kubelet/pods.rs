@@ -28,6 +28,7 @@ pub(super) struct PodManagers {
 pub(super) fn managers(
     core: &Core,
     runtime_version: RuntimeVersion,
+    csi_drivers: Arc<crate::volume::csi::Drivers>,
     tasks: &mut Tasks,
     cancel: &CancellationToken,
 ) -> (PodManagers, mpsc::Receiver<String>) {
@@ -46,7 +47,8 @@ pub(super) fn managers(
         inputs.clone(),
         settings.node_allocatable(),
         events.clone(),
-    );
+    )
+    .with_csi(csi_drivers, &core.node_name);
     let images = ImagePuller::from_settings(cri.clone(), &core.settings);
     let runtime = RuntimeManager::new(
         cri.clone(),

@@ -3,6 +3,7 @@
 //! A leaf: it imports no other subsystem.
 
 pub mod hostname;
+pub mod node_selector;
 pub mod paths;
 pub mod qos;
 

@@ -88,6 +88,11 @@ impl PodInputSource {
         }
     }
 
+    /// The API client, none when standalone.
+    pub fn client(&self) -> Option<&kube::Client> {
+        self.client.as_ref()
+    }
+
     /// Reads what `needs` asks for; `default_handler` serves a pod that names no RuntimeClass.
     pub async fn resolve(&self, pod: &Pod, needs: Needs, default_handler: &str) -> PodInputs {
         let mut inputs = PodInputs::none(default_handler);

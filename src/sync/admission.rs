@@ -97,13 +97,12 @@ fn host_ports(pod: &Pod) -> Vec<(String, String, i32)> {
         .collect()
 }
 
-/// `requiredDuringSchedulingIgnoredDuringExecution`: any one term must match, and within a term
-/// every expression (labels; `metadata.name` for matchFields).
+/// `requiredDuringSchedulingIgnoredDuringExecution` (`pod::node_selector` says how it matches;
+/// the node's name is its hostname label here).
 fn required_affinity_matches(
     spec: &k8s_openapi::api::core::v1::PodSpec,
     labels: &BTreeMap<String, String>,
 ) -> bool {
-    use k8s_openapi::api::core::v1::NodeSelectorRequirement;
     let Some(required) = spec
         .affinity
         .as_ref()
@@ -115,29 +114,8 @@ fn required_affinity_matches(
     else {
         return true;
     };
-    let matches = |r: &NodeSelectorRequirement, value: Option<&String>| {
-        let values = r.values.as_deref().unwrap_or(&[]);
-        let num = |v: Option<&String>| v.and_then(|s| s.parse::<i64>().ok());
-        match r.operator.as_str() {
-            "In" => value.is_some_and(|v| values.contains(v)),
-            "NotIn" => value.is_none_or(|v| !values.contains(v)),
-            "Exists" => value.is_some(),
-            "DoesNotExist" => value.is_none(),
-            "Gt" => matches!((num(value), num(values.first())), (Some(a), Some(b)) if a > b),
-            "Lt" => matches!((num(value), num(values.first())), (Some(a), Some(b)) if a < b),
-            _ => false,
-        }
-    };
-    let node_name = labels.get("kubernetes.io/hostname");
-    required.node_selector_terms.iter().any(|term| {
-        let exprs = term.match_expressions.as_deref().unwrap_or(&[]);
-        let fields = term.match_fields.as_deref().unwrap_or(&[]);
-        (!exprs.is_empty() || !fields.is_empty())
-            && exprs.iter().all(|r| matches(r, labels.get(&r.key)))
-            && fields
-                .iter()
-                .all(|r| r.key == "metadata.name" && matches(r, node_name))
-    })
+    let node_name = labels.get("kubernetes.io/hostname").map(String::as_str);
+    crate::pod::node_selector::matches(required, labels, node_name)
 }
 
 fn reject(reason: &str, message: String) -> Result<(), Rejection> {

@@ -10,11 +10,14 @@
 
 pub mod atomic_writer;
 pub mod contents;
+pub mod csi;
 pub mod empty_dir;
 pub mod etc_hosts;
 pub mod host_path;
 pub mod image;
 pub mod mounts;
+pub mod ownership;
+pub mod persistent;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -36,14 +39,38 @@ const CONFIG_MAP: &str = "kubernetes.io~configmap";
 const SECRET: &str = "kubernetes.io~secret";
 const DOWNWARD_API: &str = "kubernetes.io~downward-api";
 const PROJECTED: &str = "kubernetes.io~projected";
-/// The plugins whose folders are a tmpfs this kubelet mounted (and may unmount).
-const TMPFS_PLUGINS: [&str; 4] = [EMPTY_DIR, SECRET, DOWNWARD_API, PROJECTED];
+/// The plugins whose folders hold mounts this kubelet made and may undo: a tmpfs, or the
+/// bind mount of a local volume (undoing a bind loses nothing of its source).
+const OWN_MOUNT_PLUGINS: [&str; 5] = [
+    EMPTY_DIR,
+    SECRET,
+    DOWNWARD_API,
+    PROJECTED,
+    persistent::local::LOCAL_VOLUME,
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum VolumeError {
     /// Upstream's wording, which users search for.
     #[error("MountVolume.SetUp failed for volume \"{volume}\" : {reason}")]
     SetUp { volume: String, reason: String },
+    /// A volume that could not be worked out from the API (a claim not bound yet), in the
+    /// words of upstream's volume manager, which lists the volumes it still waits for (its
+    /// event says "Unable to attach or mount volumes: " first, as the pod worker's error does).
+    #[error(
+        "unmounted volumes=[{volumes}], unattached volumes=[], failed to process volumes=[{volumes}]: {reason}"
+    )]
+    Process { volumes: String, reason: String },
+    #[error("MountVolume.WaitForAttach failed for volume \"{volume}\" : {reason}")]
+    WaitForAttach { volume: String, reason: String },
+    #[error("MountVolume.MountDevice failed for volume \"{volume}\" : {reason}")]
+    MountDevice { volume: String, reason: String },
+    /// CSI volumes that could not be unpublished or unstaged.
+    #[error("{0}")]
+    TearDown(String),
+    /// A PersistentVolume pinned to other nodes.
+    #[error("MountVolume.NodeAffinity check failed for volume \"{volume}\" : {reason}")]
+    NodeAffinity { volume: String, reason: String },
     #[error("blocking task failed: {0}")]
     Blocking(String),
     #[error("{path}: {source}")]
@@ -77,10 +104,12 @@ pub enum MountError {
     },
 }
 
-/// Where each volume of a pod is on the host, by volume name.
+/// Where each volume of a pod is on the host, by volume name, and which ones every
+/// container must see read-only.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PodVolumes {
     dirs: BTreeMap<String, PathBuf>,
+    read_only: BTreeSet<String>,
 }
 
 impl PodVolumes {
@@ -90,6 +119,14 @@ impl PodVolumes {
 
     pub fn insert(&mut self, volume: &str, path: PathBuf) {
         self.dirs.insert(volume.to_string(), path);
+    }
+
+    pub fn read_only(&self, volume: &str) -> bool {
+        self.read_only.contains(volume)
+    }
+
+    fn set_read_only(&mut self, volume: &str) {
+        self.read_only.insert(volume.to_string());
     }
 }
 
@@ -129,6 +166,7 @@ enum Plan {
     HostPath {
         path: String,
         kind: String,
+        read_only: bool,
     },
     EmptyDir {
         medium: Medium,
@@ -145,6 +183,9 @@ enum Plan {
         reason: String,
     },
     Unsupported(&'static str),
+    /// A claim, resolved as far as it could be (a CSI volume is set up apart: it is not
+    /// blocking work).
+    Claim(persistent::Resolved),
     /// An image volume, which only the runtime can mount.
     Image {
         reason: String,
@@ -169,6 +210,20 @@ struct Failure {
     reason: String,
     /// An earlier setup is in place and stays in use.
     stale_copy_in_use: bool,
+    kind: FailureKind,
+}
+
+/// Which step failed, which decides how upstream words it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FailureKind {
+    SetUp,
+    /// The volume could not be worked out from the API: nothing was tried on the node.
+    Process,
+    NodeAffinity,
+    /// The volume is not attached to the node (yet).
+    WaitForAttach,
+    /// The node-wide staging of the volume.
+    MountDevice,
 }
 
 #[derive(Default)]
@@ -181,10 +236,22 @@ fn apply(pod_dir: &Path, plans: Vec<(String, Plan)>, own: Ownership) -> Applied 
     let mut out = Applied::default();
     for (name, plan) in plans {
         // On failure: why, and the earlier copy that stays in use, if any.
+        let mut kind = FailureKind::SetUp;
+        // Upstream names a claim's volume by the PersistentVolume's name.
+        let mut shown = name.clone();
         let result: Result<PathBuf, (String, Option<PathBuf>)> = match plan {
-            Plan::HostPath { path, kind } => host_path::prepare(&path, &kind)
-                .map(|()| PathBuf::from(path))
-                .map_err(|e| (e.to_string(), None)),
+            Plan::HostPath {
+                path,
+                kind,
+                read_only,
+            } => {
+                if read_only {
+                    out.volumes.set_read_only(&name);
+                }
+                host_path::prepare(&path, &kind)
+                    .map(|()| PathBuf::from(path))
+                    .map_err(|e| (e.to_string(), None))
+            }
             Plan::EmptyDir { medium } => {
                 let dir = empty_dir::path(pod_dir, &name);
                 empty_dir::prepare(&dir, medium, own.fs_group)
@@ -208,6 +275,41 @@ fn apply(pod_dir: &Path, plans: Vec<(String, Plan)>, own: Ownership) -> Applied 
                 format!("{kind} volumes are not supported by this version of kubelet-rs"),
                 None,
             )),
+            Plan::Claim(resolved) => match resolved {
+                persistent::Resolved::HostPath {
+                    path,
+                    kind: type_,
+                    read_only,
+                } => {
+                    if read_only {
+                        out.volumes.set_read_only(&name);
+                    }
+                    host_path::prepare(&path, &type_)
+                        .map(|()| PathBuf::from(path))
+                        .map_err(|e| (e.to_string(), None))
+                }
+                persistent::Resolved::Local(m) => {
+                    shown = m.pv.clone();
+                    if m.read_only {
+                        out.volumes.set_read_only(&name);
+                    }
+                    persistent::local::set_up(pod_dir, &m).map_err(|e| (e, None))
+                }
+                // Only without a plugin manager (unit tests): nothing could mount it.
+                persistent::Resolved::Csi(_) => Err((
+                    "no CSI driver is registered with this kubelet".to_string(),
+                    None,
+                )),
+                persistent::Resolved::Failed {
+                    shown: s,
+                    kind: k,
+                    reason,
+                } => {
+                    shown = s;
+                    kind = k;
+                    Err((reason, None))
+                }
+            },
         };
         match result {
             Ok(dir) => out.volumes.insert(&name, dir),
@@ -217,9 +319,10 @@ fn apply(pod_dir: &Path, plans: Vec<(String, Plan)>, own: Ownership) -> Applied 
                     out.volumes.insert(&name, dir);
                 }
                 out.failures.push(Failure {
-                    volume: name,
+                    volume: shown,
                     reason,
                     stale_copy_in_use,
+                    kind,
                 });
             }
         }
@@ -267,6 +370,9 @@ pub struct VolumeManager {
     events: EventRecorder,
     /// The container runtime, which decides whether image volumes can be had.
     runtime: Option<image::RuntimeVersion>,
+    /// The registered CSI drivers and this node's name, once the plugin manager runs.
+    csi_drivers: Option<Arc<csi::Drivers>>,
+    node_name: String,
 }
 
 impl VolumeManager {
@@ -282,7 +388,16 @@ impl VolumeManager {
             node,
             events,
             runtime: None,
+            csi_drivers: None,
+            node_name: String::new(),
         }
+    }
+
+    /// Mounts CSI volumes with the drivers registered in `drivers`, for node `node_name`.
+    pub fn with_csi(mut self, drivers: Arc<csi::Drivers>, node_name: &str) -> Self {
+        self.csi_drivers = Some(drivers);
+        self.node_name = node_name.to_string();
+        self
     }
 
     pub fn with_runtime(mut self, runtime: image::RuntimeVersion) -> Self {
@@ -301,6 +416,7 @@ impl VolumeManager {
         let used = used_volumes(pod);
         let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_deref());
         let mut plans = Vec::new();
+        let mut csi_volumes = Vec::new();
         // The pod cgroup's memory limit, which bounds its tmpfs volumes as upstream's.
         let pod_memory_limit = pod.spec.as_ref().and_then(|s| {
             crate::cm::resources::pod_resources(s, &Default::default())
@@ -316,6 +432,15 @@ impl VolumeManager {
                 Plan::HostPath {
                     path: hp.path.clone(),
                     kind: hp.type_.clone().unwrap_or_default(),
+                    read_only: false,
+                }
+            } else if let Some(claim) = &v.persistent_volume_claim {
+                match persistent::resolve(self.inputs.client(), pod, &v.name, claim).await {
+                    persistent::Resolved::Csi(vol) if self.csi_drivers.is_some() => {
+                        csi_volumes.push((v.name.clone(), *vol));
+                        continue;
+                    }
+                    other => Plan::Claim(other),
                 }
             } else if let Some(e) = &v.empty_dir {
                 let medium = if e.medium.as_deref() == Some("Memory") {
@@ -367,17 +492,48 @@ impl VolumeManager {
                 .and_then(|g| u32::try_from(g).ok()),
         };
         let dir = self.pod_dir(pod.metadata.uid.as_deref().unwrap_or_default());
-        let applied = tokio::task::spawn_blocking(move || apply(&dir, plans, own))
+        let blocking_dir = dir.clone();
+        let mut applied = tokio::task::spawn_blocking(move || apply(&blocking_dir, plans, own))
             .await
             .map_err(|e| VolumeError::Blocking(e.to_string()))?;
+        if let Some(drivers) = &self.csi_drivers {
+            for (name, vol) in csi_volumes {
+                self.set_up_csi(drivers, pod, &dir, &name, vol, &mut applied)
+                    .await;
+            }
+        }
         let mut first_blocking = None;
         for f in applied.failures {
-            let err = VolumeError::SetUp {
-                volume: f.volume,
-                reason: f.reason,
+            let err = match f.kind {
+                FailureKind::Process => VolumeError::Process {
+                    volumes: f.volume,
+                    reason: f.reason,
+                },
+                FailureKind::NodeAffinity => VolumeError::NodeAffinity {
+                    volume: f.volume,
+                    reason: f.reason,
+                },
+                FailureKind::SetUp => VolumeError::SetUp {
+                    volume: f.volume,
+                    reason: f.reason,
+                },
+                FailureKind::WaitForAttach => VolumeError::WaitForAttach {
+                    volume: f.volume,
+                    reason: f.reason,
+                },
+                FailureKind::MountDevice => VolumeError::MountDevice {
+                    volume: f.volume,
+                    reason: f.reason,
+                },
+            };
+            let message = match &err {
+                VolumeError::Process { .. } => {
+                    format!("Unable to attach or mount volumes: {err}")
+                }
+                _ => err.to_string(),
             };
             self.events
-                .pod(pod, EventType::Warning, "FailedMount", &err.to_string());
+                .pod(pod, EventType::Warning, "FailedMount", &message);
             if f.stale_copy_in_use {
                 warn!(%err, "Keeping the volume's earlier contents");
             } else if first_blocking.is_none() {
@@ -390,9 +546,81 @@ impl VolumeManager {
         }
     }
 
+    /// Stages and publishes one CSI volume, then gives it to the fsGroup when the driver's
+    /// policy says the kubelet should.
+    async fn set_up_csi(
+        &self,
+        drivers: &csi::Drivers,
+        pod: &Pod,
+        pod_dir: &Path,
+        name: &str,
+        vol: persistent::csi::Prepared,
+        applied: &mut Applied,
+    ) {
+        let shown = vol.volume.name.clone();
+        let result = csi::mount::set_up(
+            drivers,
+            &self.root_dir,
+            pod_dir,
+            &self.node_name,
+            &vol.volume,
+        )
+        .await;
+        let failure = |kind: FailureKind, reason: String| Failure {
+            volume: shown.clone(),
+            reason,
+            stale_copy_in_use: false,
+            kind,
+        };
+        match result {
+            Ok(csi::mount::Published { target, group_done }) => {
+                if vol.volume.read_only {
+                    applied.volumes.set_read_only(name);
+                }
+                let gid = vol.volume.mount_group.filter(|_| !group_done);
+                if let (true, Some(gid)) = (vol.kubelet_sets_group, gid) {
+                    let dir = target.clone();
+                    let read_only = vol.volume.read_only;
+                    let on_mismatch = persistent::on_root_mismatch(pod);
+                    let done = tokio::task::spawn_blocking(move || {
+                        ownership::set_volume_ownership(&dir, gid, read_only, on_mismatch)
+                    })
+                    .await;
+                    if let Ok(Err(e)) | Err(e) = done.map_err(std::io::Error::other) {
+                        applied
+                            .failures
+                            .push(failure(FailureKind::SetUp, e.to_string()));
+                        return;
+                    }
+                }
+                applied.volumes.insert(name, target);
+            }
+            Err(csi::mount::SetUpError::MountDevice(reason)) => {
+                applied
+                    .failures
+                    .push(failure(FailureKind::MountDevice, reason));
+            }
+            Err(csi::mount::SetUpError::SetUp(reason)) => {
+                applied.failures.push(failure(FailureKind::SetUp, reason));
+            }
+        }
+    }
+
+    /// Unpublishes (and, for the last user, unstages) the pod's CSI volumes.
+    async fn tear_down_csi(&self, uid: &str) -> Result<(), VolumeError> {
+        let Some(drivers) = &self.csi_drivers else {
+            return Ok(());
+        };
+        let pods_dir = self.root_dir.join("pods");
+        csi::mount::tear_down_pod(drivers, &self.root_dir, &pods_dir, &self.pod_dir(uid))
+            .await
+            .map_err(VolumeError::TearDown)
+    }
+
     /// Gives back what a finished pod's volumes hold (its containers are stopped for good).
     pub async fn release(&self, uid: &str) -> Result<(), VolumeError> {
         self.inputs.forget_pod(uid);
+        self.tear_down_csi(uid).await?;
         let dir = self.pod_dir(uid);
         tokio::task::spawn_blocking(move || release_volumes(&dir))
             .await
@@ -402,6 +630,7 @@ impl VolumeManager {
     /// Removes the pod's folder once its containers are gone.
     pub async fn teardown(&self, uid: &str) -> Result<(), VolumeError> {
         self.inputs.forget_pod(uid);
+        self.tear_down_csi(uid).await?;
         let dir = self.pod_dir(uid);
         tokio::task::spawn_blocking(move || remove_pod_dir(&dir))
             .await
@@ -447,7 +676,7 @@ fn unmount_ours(pod_dir: &Path) -> Result<(), VolumeError> {
         .filter(|mp| mp.starts_with(&prefix))
         .map(PathBuf::from)
         .collect();
-    let ours: Vec<PathBuf> = TMPFS_PLUGINS
+    let ours: Vec<PathBuf> = OWN_MOUNT_PLUGINS
         .iter()
         .map(|k| pod_dir.join("volumes").join(k))
         .collect();
@@ -459,6 +688,16 @@ fn unmount_ours(pod_dir: &Path) -> Result<(), VolumeError> {
             path: mp.clone(),
             source,
         })?;
+    }
+    // The folder is removed next: nothing may be mounted below it any more, or the removal
+    // would reach into a volume's source.
+    let again = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    if let Some(mp) = again
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .find(|mp| mp.starts_with(&prefix))
+    {
+        return Err(VolumeError::StillMounted(mp.to_string()));
     }
     Ok(())
 }
@@ -572,10 +811,11 @@ mod tests {
 
         let mut pvc = volume("claim");
         pvc.persistent_volume_claim = Some(Default::default());
+        pvc.persistent_volume_claim.as_mut().unwrap().claim_name = "data".into();
         let err = m.setup(&pod(vec![pvc], &["claim"])).await.unwrap_err();
         assert_eq!(
             err.to_string(),
-            "MountVolume.SetUp failed for volume \"claim\" : persistentVolumeClaim volumes are not supported by this version of kubelet-rs"
+            "unmounted volumes=[claim], unattached volumes=[], failed to process volumes=[claim]: error processing PVC default/data: claims need an API server"
         );
         let mut cm = volume("cfg");
         cm.config_map = Some(ConfigMapVolumeSource {

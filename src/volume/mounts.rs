@@ -105,7 +105,8 @@ pub fn container_mounts(
         mounts.push(api::Mount {
             container_path: m.mount_path.clone(),
             host_path: host.to_string_lossy().into_owned(),
-            readonly: m.read_only.unwrap_or(false),
+            // A read-only claim makes every mount of it read-only.
+            readonly: m.read_only.unwrap_or(false) || volumes.read_only(&m.name),
             propagation: propagation(m.mount_propagation.as_deref()) as i32,
             ..Default::default()
         });

@@ -1,0 +1,164 @@
+//! Volumes backed by a PersistentVolume: the claim resolved to its volume (`claims`), the
+//! volume's node affinity checked against the node, then handed to the plugin of its kind:
+//! hostPath (used at its path), `local` (bind-mounted) or CSI (`csi`, prepared here and
+//! mounted by `volume::csi::mount`).
+
+pub mod claims;
+pub mod csi;
+pub mod local;
+
+use k8s_openapi::api::core::v1::{
+    Node, PersistentVolume, PersistentVolumeClaimVolumeSource, PersistentVolumeSpec, Pod,
+};
+
+use super::FailureKind;
+
+/// A claim's volume, ready for its plugin, or why it is not.
+pub enum Resolved {
+    HostPath {
+        path: String,
+        kind: String,
+        read_only: bool,
+    },
+    Local(local::LocalMount),
+    Csi(Box<csi::Prepared>),
+    Failed {
+        /// The name events give the volume.
+        shown: String,
+        kind: FailureKind,
+        reason: String,
+    },
+}
+
+/// Reads the claim with `client` (None when standalone) on each sync, so a claim that binds
+/// later lets the pod start on a later sync, and prepares its volume for its plugin.
+pub async fn resolve(
+    client: Option<&kube::Client>,
+    pod: &Pod,
+    volume: &str,
+    claim: &PersistentVolumeClaimVolumeSource,
+) -> Resolved {
+    let process = |reason: String| Resolved::Failed {
+        shown: volume.to_string(),
+        kind: FailureKind::Process,
+        reason,
+    };
+    let Some(client) = client else {
+        return process(format!(
+            "error processing PVC {}/{}: claims need an API server",
+            pod.metadata.namespace.as_deref().unwrap_or("default"),
+            claim.claim_name
+        ));
+    };
+    let bound = match claims::resolve(client, pod, volume, claim).await {
+        Ok(b) => b,
+        Err(e) => return process(e.to_string()),
+    };
+    let pv = bound.pv.metadata.name.clone().unwrap_or_default();
+    let failed = |kind, reason| Resolved::Failed {
+        shown: pv.clone(),
+        kind,
+        reason,
+    };
+    if bound.block {
+        return failed(
+            FailureKind::SetUp,
+            "volumeMode: Block PersistentVolumes are not supported by this version of kubelet-rs"
+                .to_string(),
+        );
+    }
+    if let Err(reason) = check_node_affinity(client, pod, &bound.pv).await {
+        return failed(FailureKind::NodeAffinity, reason);
+    }
+    let spec = bound.pv.spec.clone().unwrap_or_default();
+    if let Some(hp) = spec.host_path {
+        return Resolved::HostPath {
+            path: hp.path,
+            kind: hp.type_.unwrap_or_default(),
+            read_only: bound.read_only,
+        };
+    }
+    if let Some(source) = spec.local {
+        return Resolved::Local(local::LocalMount {
+            pv,
+            path: source.path,
+            read_only: bound.read_only,
+            fs_group: fs_group(pod),
+            on_root_mismatch: on_root_mismatch(pod),
+        });
+    }
+    if spec.csi.is_some() {
+        return match csi::prepare(client, pod, &bound).await {
+            Ok(prepared) => Resolved::Csi(Box::new(prepared)),
+            Err((kind, reason)) => failed(kind, reason),
+        };
+    }
+    failed(
+        FailureKind::SetUp,
+        format!(
+            "{} PersistentVolumes are not supported by this version of kubelet-rs",
+            kind_name(&spec)
+        ),
+    )
+}
+
+pub fn fs_group(pod: &Pod) -> Option<u32> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|sc| sc.fs_group)
+        .and_then(|g| u32::try_from(g).ok())
+}
+
+pub fn on_root_mismatch(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|sc| sc.fs_group_change_policy.as_deref())
+        == Some("OnRootMismatch")
+}
+
+/// The volume's required node affinity against this node (the pod's node) as the API server
+/// has it: upstream's check before any mount of a PersistentVolume.
+async fn check_node_affinity(
+    client: &kube::Client,
+    pod: &Pod,
+    pv: &PersistentVolume,
+) -> Result<(), String> {
+    let pinned = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_affinity.as_ref())
+        .is_some_and(|a| a.required.is_some());
+    if !pinned {
+        return Ok(());
+    }
+    let node_name = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .unwrap_or_default();
+    let nodes: kube::Api<Node> = kube::Api::all(client.clone());
+    let node = nodes
+        .get(node_name)
+        .await
+        .map_err(|e| format!("error getting node {node_name:?}: {e}"))?;
+    let labels = node.metadata.labels.unwrap_or_default();
+    local::check_node_affinity(pv, &labels, node_name)
+}
+
+/// The kind of a volume, as its field in the PersistentVolume's spec is named.
+pub fn kind_name(spec: &PersistentVolumeSpec) -> &'static str {
+    match spec {
+        s if s.host_path.is_some() => "hostPath",
+        s if s.local.is_some() => "local",
+        s if s.csi.is_some() => "csi",
+        s if s.nfs.is_some() => "nfs",
+        s if s.iscsi.is_some() => "iscsi",
+        s if s.fc.is_some() => "fc",
+        s if s.rbd.is_some() => "rbd",
+        s if s.cephfs.is_some() => "cephfs",
+        s if s.glusterfs.is_some() => "glusterfs",
+        _ => "this kind of",
+    }
+}

@@ -1,0 +1,353 @@
+#![allow(dead_code)]
+
+//! A CSI driver of our own for the tests, served from the test process: the Identity and
+//! Node services on one unix socket, and the Registration service on a second socket in the
+//! kubelet's plugins_registry, as CSI's node-driver-registrar serves it beside a real driver.
+//! Its volumes are folders under its own folder (`backing/<handle>`), bind-mounted on the
+//! staging path when it offers STAGE_UNSTAGE_VOLUME and on the target path; every call
+//! and every verdict the kubelet sends back is kept for the test to read.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use kubelet_rs::testing::csi;
+use kubelet_rs::testing::pluginregistration as reg;
+use tokio::net::UnixListener;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::{Request, Response, Status};
+
+/// What the driver says about itself and the node.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub name: String,
+    /// The registration's plugin type ("CSIPlugin" for a CSI driver).
+    pub plugin_type: String,
+    pub versions: Vec<String>,
+    pub node_id: String,
+    pub max_volumes: i64,
+    pub topology: HashMap<String, String>,
+    /// Whether it offers STAGE_UNSTAGE_VOLUME.
+    pub stage: bool,
+}
+
+impl Options {
+    pub fn new(name: &str, node_id: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            plugin_type: "CSIPlugin".to_string(),
+            versions: vec!["1.0.0".to_string()],
+            node_id: node_id.to_string(),
+            max_volumes: 0,
+            topology: HashMap::new(),
+            stage: true,
+        }
+    }
+}
+
+/// The kubelet's verdicts, in order: (registered, error).
+pub type Verdicts = Arc<Mutex<Vec<(bool, String)>>>;
+
+/// One Node service call: its name, the volume, the path it was given (target or staging)
+/// and, for publishing, the volume context and whether read-only.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Call {
+    pub op: &'static str,
+    pub volume: String,
+    pub path: String,
+    pub context: HashMap<String, String>,
+    pub read_only: bool,
+    pub publish_context: HashMap<String, String>,
+}
+
+pub type Calls = Arc<Mutex<Vec<Call>>>;
+
+pub struct TestDriver {
+    pub endpoint: PathBuf,
+    pub registration_socket: PathBuf,
+    pub verdicts: Verdicts,
+    pub calls: Calls,
+    /// Where volume `h` keeps its data: `backing/h`.
+    pub backing: PathBuf,
+    servers: Vec<JoinHandle<()>>,
+}
+
+impl TestDriver {
+    /// Serves the driver's socket in `dir` and its registration socket in `registry`
+    /// (`<root-dir>/plugins_registry`).
+    pub fn start(opts: Options, dir: &Path, registry: &Path) -> Self {
+        // A plugin name may hold a "/" (a device plugin's resource name).
+        let file = opts.name.replace('/', "_");
+        let endpoint = dir.join(format!("{file}.sock"));
+        let registration_socket = registry.join(format!("{file}-reg.sock"));
+        let verdicts = Verdicts::default();
+        let calls = Calls::default();
+        let backing = dir.join(format!("{file}-backing"));
+        let driver = Driver {
+            opts: opts.clone(),
+            calls: calls.clone(),
+            backing: backing.clone(),
+        };
+        let node = tonic::transport::Server::builder()
+            .add_service(csi::identity_server::IdentityServer::new(driver.clone()))
+            .add_service(csi::node_server::NodeServer::new(driver))
+            .serve_with_incoming(incoming(&endpoint));
+        let registrar = Registrar {
+            opts,
+            endpoint: endpoint.clone(),
+            verdicts: verdicts.clone(),
+        };
+        let registration = tonic::transport::Server::builder()
+            .add_service(reg::registration_server::RegistrationServer::new(registrar))
+            .serve_with_incoming(incoming(&registration_socket));
+        let servers = vec![
+            tokio::spawn(async move {
+                let _ = node.await;
+            }),
+            tokio::spawn(async move {
+                let _ = registration.await;
+            }),
+        ];
+        Self {
+            endpoint,
+            registration_socket,
+            verdicts,
+            calls,
+            backing,
+            servers,
+        }
+    }
+
+    /// Takes the registration socket away, as a registrar that stops does.
+    pub fn stop_registration(&mut self) {
+        if let Some(server) = self.servers.pop() {
+            server.abort();
+        }
+        let _ = std::fs::remove_file(&self.registration_socket);
+    }
+
+    pub fn verdicts(&self) -> Vec<(bool, String)> {
+        self.verdicts.lock().unwrap().clone()
+    }
+
+    pub fn calls(&self) -> Vec<Call> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    pub fn ops(&self) -> Vec<&'static str> {
+        self.calls().iter().map(|c| c.op).collect()
+    }
+}
+
+impl Drop for TestDriver {
+    fn drop(&mut self) {
+        for s in &self.servers {
+            s.abort();
+        }
+        let _ = std::fs::remove_file(&self.registration_socket);
+        let _ = std::fs::remove_file(&self.endpoint);
+    }
+}
+
+fn incoming(path: &Path) -> UnixListenerStream {
+    let _ = std::fs::remove_file(path);
+    UnixListenerStream::new(UnixListener::bind(path).expect("binding a test driver socket"))
+}
+
+#[derive(Clone)]
+struct Driver {
+    opts: Options,
+    calls: Calls,
+    backing: PathBuf,
+}
+
+impl Driver {
+    fn record(&self, call: Call) {
+        self.calls.lock().unwrap().push(call);
+    }
+}
+
+fn internal(what: &str, e: impl std::fmt::Display) -> Status {
+    Status::internal(format!("{what}: {e}"))
+}
+
+fn bind(source: &Path, target: &Path, read_only: bool) -> Result<(), Status> {
+    std::fs::create_dir_all(target).map_err(|e| internal("mkdir target", e))?;
+    rustix::mount::mount_bind(source, target).map_err(|e| internal("bind mount", e))?;
+    if read_only {
+        let flags = rustix::mount::MountFlags::BIND | rustix::mount::MountFlags::RDONLY;
+        rustix::mount::mount_remount(target, flags, "").map_err(|e| internal("remount ro", e))?;
+    }
+    Ok(())
+}
+
+fn unmount(target: &str) -> Result<(), Status> {
+    match rustix::mount::unmount(target, rustix::mount::UnmountFlags::empty()) {
+        // Not mounted (any more): CSI asks unpublish and unstage to be idempotent.
+        Ok(()) | Err(rustix::io::Errno::INVAL) | Err(rustix::io::Errno::NOENT) => Ok(()),
+        Err(e) => Err(internal("unmount", e)),
+    }
+}
+
+#[tonic::async_trait]
+impl csi::identity_server::Identity for Driver {
+    async fn get_plugin_info(
+        &self,
+        _: Request<csi::GetPluginInfoRequest>,
+    ) -> Result<Response<csi::GetPluginInfoResponse>, Status> {
+        Ok(Response::new(csi::GetPluginInfoResponse {
+            name: self.opts.name.clone(),
+            vendor_version: "0.1.0".to_string(),
+            manifest: HashMap::new(),
+        }))
+    }
+}
+
+#[tonic::async_trait]
+impl csi::node_server::Node for Driver {
+    async fn node_get_capabilities(
+        &self,
+        _: Request<csi::NodeGetCapabilitiesRequest>,
+    ) -> Result<Response<csi::NodeGetCapabilitiesResponse>, Status> {
+        use csi::node_service_capability::{Rpc, Type, rpc::Type as RpcType};
+        let capabilities = self
+            .opts
+            .stage
+            .then(|| csi::NodeServiceCapability {
+                r#type: Some(Type::Rpc(Rpc {
+                    r#type: RpcType::StageUnstageVolume as i32,
+                })),
+            })
+            .into_iter()
+            .collect();
+        Ok(Response::new(csi::NodeGetCapabilitiesResponse {
+            capabilities,
+        }))
+    }
+
+    async fn node_stage_volume(
+        &self,
+        req: Request<csi::NodeStageVolumeRequest>,
+    ) -> Result<Response<csi::NodeStageVolumeResponse>, Status> {
+        let r = req.into_inner();
+        let source = self.backing.join(&r.volume_id);
+        std::fs::create_dir_all(&source).map_err(|e| internal("mkdir backing", e))?;
+        bind(&source, Path::new(&r.staging_target_path), false)?;
+        self.record(Call {
+            op: "NodeStageVolume",
+            volume: r.volume_id,
+            path: r.staging_target_path,
+            context: r.volume_context,
+            read_only: false,
+            publish_context: r.publish_context,
+        });
+        Ok(Response::new(csi::NodeStageVolumeResponse {}))
+    }
+
+    async fn node_unstage_volume(
+        &self,
+        req: Request<csi::NodeUnstageVolumeRequest>,
+    ) -> Result<Response<csi::NodeUnstageVolumeResponse>, Status> {
+        let r = req.into_inner();
+        unmount(&r.staging_target_path)?;
+        self.record(Call {
+            op: "NodeUnstageVolume",
+            volume: r.volume_id,
+            path: r.staging_target_path,
+            context: HashMap::new(),
+            read_only: false,
+            publish_context: HashMap::new(),
+        });
+        Ok(Response::new(csi::NodeUnstageVolumeResponse {}))
+    }
+
+    async fn node_publish_volume(
+        &self,
+        req: Request<csi::NodePublishVolumeRequest>,
+    ) -> Result<Response<csi::NodePublishVolumeResponse>, Status> {
+        let r = req.into_inner();
+        let source = if r.staging_target_path.is_empty() {
+            let source = self.backing.join(&r.volume_id);
+            std::fs::create_dir_all(&source).map_err(|e| internal("mkdir backing", e))?;
+            source
+        } else {
+            PathBuf::from(&r.staging_target_path)
+        };
+        bind(&source, Path::new(&r.target_path), r.readonly)?;
+        self.record(Call {
+            op: "NodePublishVolume",
+            volume: r.volume_id,
+            path: r.target_path,
+            context: r.volume_context,
+            read_only: r.readonly,
+            publish_context: r.publish_context,
+        });
+        Ok(Response::new(csi::NodePublishVolumeResponse {}))
+    }
+
+    async fn node_unpublish_volume(
+        &self,
+        req: Request<csi::NodeUnpublishVolumeRequest>,
+    ) -> Result<Response<csi::NodeUnpublishVolumeResponse>, Status> {
+        let r = req.into_inner();
+        unmount(&r.target_path)?;
+        let _ = std::fs::remove_dir(&r.target_path);
+        self.record(Call {
+            op: "NodeUnpublishVolume",
+            volume: r.volume_id,
+            path: r.target_path,
+            context: HashMap::new(),
+            read_only: false,
+            publish_context: HashMap::new(),
+        });
+        Ok(Response::new(csi::NodeUnpublishVolumeResponse {}))
+    }
+
+    async fn node_get_info(
+        &self,
+        _: Request<csi::NodeGetInfoRequest>,
+    ) -> Result<Response<csi::NodeGetInfoResponse>, Status> {
+        let topology = (!self.opts.topology.is_empty()).then(|| csi::Topology {
+            segments: self.opts.topology.clone(),
+        });
+        Ok(Response::new(csi::NodeGetInfoResponse {
+            node_id: self.opts.node_id.clone(),
+            max_volumes_per_node: self.opts.max_volumes,
+            accessible_topology: topology,
+        }))
+    }
+}
+
+struct Registrar {
+    opts: Options,
+    endpoint: PathBuf,
+    verdicts: Verdicts,
+}
+
+#[tonic::async_trait]
+impl reg::registration_server::Registration for Registrar {
+    async fn get_info(
+        &self,
+        _: Request<reg::InfoRequest>,
+    ) -> Result<Response<reg::PluginInfo>, Status> {
+        Ok(Response::new(reg::PluginInfo {
+            r#type: self.opts.plugin_type.clone(),
+            name: self.opts.name.clone(),
+            endpoint: self.endpoint.display().to_string(),
+            supported_versions: self.opts.versions.clone(),
+        }))
+    }
+
+    async fn notify_registration_status(
+        &self,
+        req: Request<reg::RegistrationStatus>,
+    ) -> Result<Response<reg::RegistrationStatusResponse>, Status> {
+        let status = req.into_inner();
+        self.verdicts
+            .lock()
+            .unwrap()
+            .push((status.plugin_registered, status.error));
+        Ok(Response::new(reg::RegistrationStatusResponse {}))
+    }
+}

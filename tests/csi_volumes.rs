@@ -1,0 +1,355 @@
+//! CSI volumes through a registered driver (the tests' own, `common/csi_driver.rs`), the real
+//! API server and its attach/detach controller: a claim bound to a CSI PersistentVolume is
+//! staged once at upstream's global path and published at the pod's path with the
+//! volume's attributes and, for a driver whose CSIDriver object says podInfoOnMount, the
+//! pod's identity; the kubelet gives it to the pod's fsGroup when the driver's fsGroupPolicy
+//! says so; the pod's deletion unpublishes it and, as it was the last user, unstages it. A
+//! driver that needs attaching waits for the VolumeAttachment to be attached and passes its
+//! metadata on. A pod deleted while the kubelet was killed has its volume unpublished after
+//! the restart, from what the kubelet left on disk.
+
+mod common;
+#[path = "common/csi_driver.rs"]
+mod csi_driver;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use csi_driver::{Options, TestDriver};
+use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+const NODE: &str = "krs-csi-vol-node";
+const DRIVER: &str = "plain.csi.kubelet-rs.io";
+const ATTACHING: &str = "attaching.csi.kubelet-rs.io";
+const PV: &str = "krs-csi-pv";
+const CLAIM: &str = "krs-csi-pvc";
+const ATTACH_PV: &str = "krs-csi-attach-pv";
+const ATTACH_CLAIM: &str = "krs-csi-attach-pvc";
+const WRITER: &str = "krs-csi-writer";
+const ATTACHED: &str = "krs-csi-attached";
+const SURVIVOR: &str = "krs-csi-survivor";
+
+fn csi_driver_object(name: &str, attach_required: bool) -> CSIDriver {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"attachRequired": attach_required, "podInfoOnMount": true, "fsGroupPolicy": "File"},
+    }))
+    .unwrap()
+}
+
+fn csi_pv(name: &str, driver: &str, handle: &str, claim: &str) -> PersistentVolume {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": "1Mi"},
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "",
+            "persistentVolumeReclaimPolicy": "Retain",
+            "csi": {"driver": driver, "volumeHandle": handle,
+                    "volumeAttributes": {"color": "blue"}},
+            "claimRef": {"namespace": "default", "name": claim},
+        },
+    }))
+    .unwrap()
+}
+
+fn claim(name: &str, pv: &str) -> PersistentVolumeClaim {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "",
+            "volumeName": pv,
+            "resources": {"requests": {"storage": "1Mi"}},
+        },
+    }))
+    .unwrap()
+}
+
+fn claim_pod(name: &str, claim: &str, script: &str, restart: &str) -> Pod {
+    api_pod(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": NODE,
+            "restartPolicy": restart,
+            "terminationGracePeriodSeconds": 1,
+            "securityContext": {"runAsUser": 1000, "fsGroup": 3456},
+            "containers": [{
+                "name": "main",
+                "image": BUSYBOX,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", script],
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+            }],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+        },
+    }))
+}
+
+fn mounts_under(dir: &Path) -> Vec<String> {
+    let prefix = format!("{}/", dir.display());
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|mp| mp.starts_with(&prefix))
+        .map(str::to_string)
+        .collect()
+}
+
+async fn finished(pods: &Api<Pod>, name: &str) -> String {
+    wait_async(Duration::from_secs(90), "the pod to finish", || async {
+        let p = pods.get(name).await.ok()?;
+        let done = first_state(&p)?.terminated.clone()?;
+        Some(format!(
+            "{} {}",
+            done.exit_code,
+            done.message.unwrap_or_default().trim()
+        ))
+    })
+    .await
+}
+
+async fn wait_call(driver: &TestDriver, op: &str, path_part: &str) -> csi_driver::Call {
+    wait_async(Duration::from_secs(60), op, || async {
+        driver
+            .calls()
+            .into_iter()
+            .find(|c| c.op == op && c.path.contains(path_part))
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn csi_volumes_are_staged_published_and_torn_down() {
+    use std::os::unix::fs::MetadataExt;
+    let (client, pods) = default_pods(&[WRITER, ATTACHED, SURVIVOR]).await;
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    let csidrivers: Api<CSIDriver> = Api::all(client.clone());
+    let attachments: Api<VolumeAttachment> = Api::all(client.clone());
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let none = DeleteParams::default();
+    for c in [CLAIM, ATTACH_CLAIM] {
+        let _ = claims.delete(c, &none).await;
+    }
+    for p in [PV, ATTACH_PV] {
+        let _ = pvs.delete(p, &none).await;
+    }
+    for d in [DRIVER, ATTACHING] {
+        let _ = csidrivers.delete(d, &none).await;
+    }
+    let post = PostParams::default();
+    csidrivers
+        .create(&post, &csi_driver_object(DRIVER, false))
+        .await
+        .unwrap();
+    csidrivers
+        .create(&post, &csi_driver_object(ATTACHING, true))
+        .await
+        .unwrap();
+    pvs.create(&post, &csi_pv(PV, DRIVER, "vol-1", CLAIM))
+        .await
+        .unwrap();
+    claims.create(&post, &claim(CLAIM, PV)).await.unwrap();
+    pvs.create(&post, &csi_pv(ATTACH_PV, ATTACHING, "vol-2", ATTACH_CLAIM))
+        .await
+        .unwrap();
+    claims
+        .create(&post, &claim(ATTACH_CLAIM, ATTACH_PV))
+        .await
+        .unwrap();
+
+    let mut k = Kubelet::new("csi-volumes");
+    k.start_as_node(NODE, &["--sync-frequency=10s"]);
+    let registry = k.root_dir.join("plugins_registry");
+    std::fs::create_dir_all(&registry).unwrap();
+    let driver = TestDriver::start(Options::new(DRIVER, "node-1"), k.dir.path(), &registry);
+    let attaching = TestDriver::start(Options::new(ATTACHING, "node-1"), k.dir.path(), &registry);
+
+    // Staged, published with the attributes and the pod's identity, given to the fsGroup.
+    let writer = claim_pod(
+        WRITER,
+        CLAIM,
+        "echo hi > /data/by-pod && echo written > /dev/termination-log",
+        "Never",
+    );
+    create_pod(&pods, &writer).await;
+    assert_eq!(
+        finished(&pods, WRITER).await,
+        "0 written",
+        "{}",
+        tail(&k.log(), 60)
+    );
+    let stage = wait_call(&driver, "NodeStageVolume", "globalmount").await;
+    assert!(
+        stage.path.starts_with(
+            &k.root_dir
+                .join("plugins/kubernetes.io/csi")
+                .join(DRIVER)
+                .to_string_lossy()
+                .into_owned()
+        ),
+        "{stage:?}"
+    );
+    let publish = wait_call(
+        &driver,
+        "NodePublishVolume",
+        &format!("kubernetes.io~csi/{PV}/mount"),
+    )
+    .await;
+    assert_eq!(publish.volume, "vol-1");
+    assert_eq!(
+        publish.context.get("color").map(String::as_str),
+        Some("blue")
+    );
+    assert_eq!(
+        publish
+            .context
+            .get("csi.storage.k8s.io/pod.name")
+            .map(String::as_str),
+        Some(WRITER)
+    );
+    let backing = driver.backing.join("vol-1");
+    assert_eq!(
+        std::fs::read_to_string(backing.join("by-pod")).unwrap(),
+        "hi\n"
+    );
+    assert_eq!(std::fs::metadata(&backing).unwrap().gid(), 3456);
+
+    // Deleted: unpublished, then unstaged as it was the last user; nothing stays mounted.
+    delete_now(&pods, &[WRITER]).await;
+    wait_call(
+        &driver,
+        "NodeUnpublishVolume",
+        &format!("kubernetes.io~csi/{PV}/mount"),
+    )
+    .await;
+    wait_call(&driver, "NodeUnstageVolume", "globalmount").await;
+    let ops = driver.ops();
+    assert_eq!(
+        ops,
+        [
+            "NodeStageVolume",
+            "NodePublishVolume",
+            "NodeUnpublishVolume",
+            "NodeUnstageVolume"
+        ],
+        "one stage, one publish, and their undoing"
+    );
+    wait_for(
+        Duration::from_secs(30),
+        "no mount under the root dir",
+        || mounts_under(&k.root_dir).is_empty().then_some(()),
+    );
+
+    // A driver that needs attaching: the pod waits for the VolumeAttachment.
+    let attached = claim_pod(
+        ATTACHED,
+        ATTACH_CLAIM,
+        "echo ok > /dev/termination-log",
+        "Never",
+    );
+    create_pod(&pods, &attached).await;
+    let waiting =
+        format!("MountVolume.WaitForAttach failed for volume \"{ATTACH_PV}\" : volume vol-2");
+    wait_async(
+        Duration::from_secs(60),
+        "the WaitForAttach event",
+        || async {
+            let list = events
+                .list(&ListParams::default().fields(&format!("involvedObject.name={ATTACHED}")))
+                .await
+                .ok()?;
+            list.items
+                .into_iter()
+                .filter_map(|e| e.message)
+                .find(|m| m.starts_with(&waiting))
+        },
+    )
+    .await;
+    // The attach/detach controller makes the VolumeAttachment; a driver's attacher would mark
+    // it attached, which the test does here.
+    let va = wait_async(Duration::from_secs(60), "the VolumeAttachment", || async {
+        attachments
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|va| va.spec.attacher == ATTACHING)
+    })
+    .await;
+    let va_name = va.metadata.name.unwrap();
+    let status =
+        json!({"status": {"attached": true, "attachmentMetadata": {"devicePath": "/dev/fake0"}}});
+    attachments
+        .patch_status(&va_name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+    assert_eq!(
+        finished(&pods, ATTACHED).await,
+        "0 ok",
+        "{}",
+        tail(&k.log(), 60)
+    );
+    let stage = wait_call(&attaching, "NodeStageVolume", "globalmount").await;
+    assert_eq!(
+        stage.publish_context.get("devicePath").map(String::as_str),
+        Some("/dev/fake0")
+    );
+    delete_now(&pods, &[ATTACHED]).await;
+
+    // Killed with a volume published, the pod deleted meanwhile: after the restart the volume
+    // is unpublished and unstaged from what the kubelet left on disk.
+    let survivor = claim_pod(SURVIVOR, CLAIM, "sleep 3600", "Always");
+    create_pod(&pods, &survivor).await;
+    wait_async(Duration::from_secs(90), "the survivor to run", || async {
+        first_running(&pods.get(SURVIVOR).await.ok()?).then_some(())
+    })
+    .await;
+    k.kill();
+    delete_now(&pods, &[SURVIVOR]).await;
+    let before = driver.calls().len();
+    k.start_as_node(NODE, &["--sync-frequency=10s"]);
+    wait_async(
+        Duration::from_secs(90),
+        "the survivor's volume to be unstaged",
+        || async {
+            driver.calls()[before..]
+                .iter()
+                .any(|c| c.op == "NodeUnstageVolume")
+                .then_some(())
+        },
+    )
+    .await;
+    let after: Vec<&str> = driver.calls()[before..].iter().map(|c| c.op).collect();
+    assert_eq!(
+        after,
+        ["NodeUnpublishVolume", "NodeUnstageVolume"],
+        "{}",
+        tail(&k.log(), 60)
+    );
+    wait_for(
+        Duration::from_secs(30),
+        "no mount under the root dir",
+        || mounts_under(&k.root_dir).is_empty().then_some(()),
+    );
+
+    for c in [CLAIM, ATTACH_CLAIM] {
+        let _ = claims.delete(c, &none).await;
+    }
+    for p in [PV, ATTACH_PV] {
+        let _ = pvs.delete(p, &none).await;
+    }
+    for d in [DRIVER, ATTACHING] {
+        let _ = csidrivers.delete(d, &none).await;
+    }
+    let _ = attachments.delete(&va_name, &none).await;
+    drop((driver, attaching));
+    k.cleanup();
+}

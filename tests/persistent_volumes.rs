@@ -1,0 +1,347 @@
+//! Pods with persistentVolumeClaim volumes, through the real API server and its volume
+//! binder: a claim bound to a hostPath PersistentVolume is mounted at the volume's path
+//! (read-write, or read-only when the claim's volume source says so), and a claim that is not
+//! bound yet holds the pod in ContainerCreating with upstream's FailedMount event until it is.
+//! A local PersistentVolume is bind-mounted into the pod's folder and given to its fsGroup,
+//! refused with upstream's NodeAffinity event when pinned to another node, and unmounted when
+//! the pod goes, its data left in place.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use serde_json::json;
+
+const NODE: &str = "krs-pv-node";
+const WRITER: &str = "krs-pv-writer";
+const READER: &str = "krs-pv-reader";
+const WAITER: &str = "krs-pv-waiter";
+const PV: &str = "krs-pv-host";
+const LATE_PV: &str = "krs-pv-late";
+const CLAIM: &str = "krs-pvc-host";
+const LATE_CLAIM: &str = "krs-pvc-late";
+
+fn host_pv(name: &str, path: &str, claim: &str) -> PersistentVolume {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": "1Mi"},
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "",
+            "persistentVolumeReclaimPolicy": "Retain",
+            "hostPath": {"path": path, "type": "Directory"},
+            "claimRef": {"namespace": "default", "name": claim},
+        },
+    }))
+    .unwrap()
+}
+
+fn claim(name: &str, pv: &str) -> PersistentVolumeClaim {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "",
+            "volumeName": pv,
+            "resources": {"requests": {"storage": "1Mi"}},
+        },
+    }))
+    .unwrap()
+}
+
+/// A pod on NODE that runs `script` once with the claim at /data; its termination message is
+/// what the script wrote to /dev/termination-log.
+fn claim_pod(name: &str, claim: &str, read_only: bool, script: &str) -> Pod {
+    api_pod(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": NODE,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "main",
+                "image": BUSYBOX,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", script],
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+            }],
+            "volumes": [{"name": "data",
+                "persistentVolumeClaim": {"claimName": claim, "readOnly": read_only}}],
+        },
+    }))
+}
+
+async fn finished_message(pods: &Api<Pod>, name: &str) -> String {
+    wait_async(Duration::from_secs(90), "the pod to finish", || async {
+        let p = pods.get(name).await.ok()?;
+        let state = first_state(&p)?;
+        let done = state.terminated.as_ref()?;
+        Some(format!(
+            "{} {}",
+            done.exit_code,
+            done.message.clone().unwrap_or_default().trim()
+        ))
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::await_holding_lock)]
+async fn claims_bound_to_host_path_volumes_mount_and_unbound_ones_wait() {
+    // Kubelets sharing one containerd remove each other's pods.
+    let _guard = serial();
+    let (client, pods) = default_pods(&[WRITER, READER, WAITER]).await;
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    for c in [CLAIM, LATE_CLAIM] {
+        let _ = claims.delete(c, &DeleteParams::default()).await;
+    }
+    for p in [PV, LATE_PV] {
+        let _ = pvs.delete(p, &DeleteParams::default()).await;
+    }
+    let host = tempfile::tempdir().unwrap();
+    let host_path = host.path().to_string_lossy().to_string();
+    std::fs::write(host.path().join("hello"), "from the host").unwrap();
+
+    let post = PostParams::default();
+    pvs.create(&post, &host_pv(PV, &host_path, CLAIM))
+        .await
+        .unwrap();
+    claims.create(&post, &claim(CLAIM, PV)).await.unwrap();
+    let mut k = Kubelet::new("persistent-volumes");
+    k.start_as_node(NODE, &["--sync-frequency=10s"]);
+
+    // Read-write: the pod reads the host's file and leaves one of its own.
+    let writer = claim_pod(
+        WRITER,
+        CLAIM,
+        false,
+        "cat /data/hello > /dev/termination-log && echo written > /data/by-pod",
+    );
+    create_pod(&pods, &writer).await;
+    assert_eq!(
+        finished_message(&pods, WRITER).await,
+        "0 from the host",
+        "{}",
+        tail(&k.log(), 40)
+    );
+    assert_eq!(
+        std::fs::read_to_string(host.path().join("by-pod")).unwrap(),
+        "written\n"
+    );
+
+    // Read-only claim source: the container cannot write.
+    let reader = claim_pod(
+        READER,
+        CLAIM,
+        true,
+        "if touch /data/nope 2>/dev/null; then echo rw; else echo ro; fi > /dev/termination-log",
+    );
+    create_pod(&pods, &reader).await;
+    assert_eq!(finished_message(&pods, READER).await, "0 ro");
+    assert!(!host.path().join("nope").exists());
+
+    // A claim whose volume does not exist yet stays Pending; the pod waits with upstream's event.
+    claims
+        .create(&post, &claim(LATE_CLAIM, LATE_PV))
+        .await
+        .unwrap();
+    let waiter = claim_pod(
+        WAITER,
+        LATE_CLAIM,
+        false,
+        "cat /data/hello > /dev/termination-log",
+    );
+    create_pod(&pods, &waiter).await;
+    let expected = format!(
+        "Unable to attach or mount volumes: unmounted volumes=[data], unattached volumes=[], failed to process volumes=[data]: error processing PVC default/{LATE_CLAIM}: PVC default/{LATE_CLAIM} has non-bound phase (\"Pending\") or empty pvc.Spec.VolumeName"
+    );
+    let message = wait_async(Duration::from_secs(60), "the FailedMount event", || async {
+        let list = events
+            .list(&ListParams::default().fields(&format!("involvedObject.name={WAITER}")))
+            .await
+            .ok()?;
+        list.items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("FailedMount"))
+            .filter_map(|e| e.message)
+            .find(|m| m.starts_with(&expected))
+    })
+    .await;
+    assert!(message.starts_with(&expected), "{message}");
+    let p = pods.get(WAITER).await.unwrap();
+    assert_eq!(waiting_reason(&p).as_deref(), Some("ContainerCreating"));
+
+    // Once the volume appears and binds, the pod starts on a later sync.
+    pvs.create(&post, &host_pv(LATE_PV, &host_path, LATE_CLAIM))
+        .await
+        .unwrap();
+    assert_eq!(finished_message(&pods, WAITER).await, "0 from the host");
+
+    delete_now(&pods, &[WRITER, READER, WAITER]).await;
+    for c in [CLAIM, LATE_CLAIM] {
+        let _ = claims.delete(c, &DeleteParams::default()).await;
+    }
+    for p in [PV, LATE_PV] {
+        let _ = pvs.delete(p, &DeleteParams::default()).await;
+    }
+    k.cleanup();
+}
+
+const LOCAL_NODE: &str = "krs-pv-local-node";
+const LOCAL_POD: &str = "krs-pv-local";
+const ELSEWHERE_POD: &str = "krs-pv-elsewhere";
+const LOCAL_PV: &str = "krs-pv-local-here";
+const ELSEWHERE_PV: &str = "krs-pv-local-elsewhere";
+const LOCAL_CLAIM: &str = "krs-pvc-local-here";
+const ELSEWHERE_CLAIM: &str = "krs-pvc-local-elsewhere";
+
+fn local_pv(name: &str, path: &str, claim: &str, node: &str) -> PersistentVolume {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": "1Mi"},
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "",
+            "persistentVolumeReclaimPolicy": "Retain",
+            "local": {"path": path},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}},
+            "claimRef": {"namespace": "default", "name": claim},
+        },
+    }))
+    .unwrap()
+}
+
+fn mounts_under(dir: &std::path::Path) -> Vec<String> {
+    let prefix = format!("{}/", dir.display());
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|mp| mp.starts_with(&prefix))
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::await_holding_lock)]
+async fn local_volumes_are_bind_mounted_for_their_node_only() {
+    // Kubelets sharing one containerd remove each other's pods.
+    let _guard = serial();
+    use std::os::unix::fs::MetadataExt;
+    let (client, pods) = default_pods(&[LOCAL_POD, ELSEWHERE_POD]).await;
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    for c in [LOCAL_CLAIM, ELSEWHERE_CLAIM] {
+        let _ = claims.delete(c, &DeleteParams::default()).await;
+    }
+    for p in [LOCAL_PV, ELSEWHERE_PV] {
+        let _ = pvs.delete(p, &DeleteParams::default()).await;
+    }
+    let disk = tempfile::tempdir().unwrap();
+    let disk_path = disk.path().to_string_lossy().to_string();
+    let post = PostParams::default();
+    pvs.create(
+        &post,
+        &local_pv(LOCAL_PV, &disk_path, LOCAL_CLAIM, LOCAL_NODE),
+    )
+    .await
+    .unwrap();
+    pvs.create(
+        &post,
+        &local_pv(ELSEWHERE_PV, &disk_path, ELSEWHERE_CLAIM, "another-node"),
+    )
+    .await
+    .unwrap();
+    claims
+        .create(&post, &claim(LOCAL_CLAIM, LOCAL_PV))
+        .await
+        .unwrap();
+    claims
+        .create(&post, &claim(ELSEWHERE_CLAIM, ELSEWHERE_PV))
+        .await
+        .unwrap();
+    let mut k = Kubelet::new("persistent-local");
+    k.start_as_node(LOCAL_NODE, &["--sync-frequency=10s"]);
+
+    // The pod runs under a user of its own with an fsGroup: the volume is given to the group.
+    let mut pod = claim_pod(
+        LOCAL_POD,
+        LOCAL_CLAIM,
+        false,
+        "echo hi > /data/by-pod && ls -ln /data/by-pod | awk '{print $4}' > /dev/termination-log",
+    );
+    pod.metadata.name = Some(LOCAL_POD.to_string());
+    let spec = pod.spec.as_mut().unwrap();
+    spec.node_name = Some(LOCAL_NODE.to_string());
+    spec.security_context =
+        Some(serde_json::from_value(json!({"runAsUser": 1000, "fsGroup": 2345})).unwrap());
+    create_pod(&pods, &pod).await;
+    assert_eq!(
+        finished_message(&pods, LOCAL_POD).await,
+        "0 2345",
+        "{}",
+        tail(&k.log(), 40)
+    );
+    let root = std::fs::metadata(disk.path()).unwrap();
+    assert_eq!(root.gid(), 2345);
+    assert_eq!(
+        root.mode() & 0o2070,
+        0o2070,
+        "group rwx and setgid on the volume's root"
+    );
+    assert_eq!(
+        std::fs::read_to_string(disk.path().join("by-pod")).unwrap(),
+        "hi\n"
+    );
+
+    // A volume pinned to another node is refused before any mount.
+    let mut elsewhere = claim_pod(ELSEWHERE_POD, ELSEWHERE_CLAIM, false, "true");
+    elsewhere.spec.as_mut().unwrap().node_name = Some(LOCAL_NODE.to_string());
+    create_pod(&pods, &elsewhere).await;
+    let expected = format!(
+        "MountVolume.NodeAffinity check failed for volume \"{ELSEWHERE_PV}\" : no matching NodeSelectorTerms"
+    );
+    wait_async(
+        Duration::from_secs(60),
+        "the NodeAffinity event",
+        || async {
+            let list = events
+                .list(
+                    &ListParams::default().fields(&format!("involvedObject.name={ELSEWHERE_POD}")),
+                )
+                .await
+                .ok()?;
+            list.items
+                .into_iter()
+                .any(|e| e.message.as_deref() == Some(expected.as_str()))
+                .then_some(())
+        },
+    )
+    .await;
+
+    // Deleted, the pod leaves no mount behind and the volume's data stays.
+    delete_now(&pods, &[LOCAL_POD, ELSEWHERE_POD]).await;
+    let pods_dir = k.root_dir.join("pods");
+    wait_for(Duration::from_secs(60), "the pods' mounts to go", || {
+        mounts_under(&pods_dir).is_empty().then_some(())
+    });
+    assert_eq!(
+        std::fs::read_to_string(disk.path().join("by-pod")).unwrap(),
+        "hi\n"
+    );
+
+    for c in [LOCAL_CLAIM, ELSEWHERE_CLAIM] {
+        let _ = claims.delete(c, &DeleteParams::default()).await;
+    }
+    for p in [LOCAL_PV, ELSEWHERE_PV] {
+        let _ = pvs.delete(p, &DeleteParams::default()).await;
+    }
+    k.cleanup();
+}
