@@ -5,8 +5,9 @@
 //! pod's identity; the kubelet gives it to the pod's fsGroup when the driver's fsGroupPolicy
 //! says so; the pod's deletion unpublishes it and, as it was the last user, unstages it. A
 //! driver that needs attaching waits for the VolumeAttachment to be attached and passes its
-//! metadata on. A pod deleted while the kubelet was killed has its volume unpublished after
-//! the restart, from what the kubelet left on disk.
+//! metadata on. The node reports a published volume in `volumesInUse`. A pod deleted while
+//! the kubelet was killed has its volume unpublished after the restart, from what the kubelet
+//! left on disk.
 
 mod common;
 #[path = "common/csi_driver.rs"]
@@ -312,6 +313,14 @@ async fn csi_volumes_are_staged_published_and_torn_down() {
         first_running(&pods.get(SURVIVOR).await.ok()?).then_some(())
     })
     .await;
+    // The node reports the volume in use, so that no controller detaches it under the pod.
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let in_use = format!("kubernetes.io/csi/{DRIVER}^vol-1");
+    wait_async(Duration::from_secs(60), "volumesInUse", || async {
+        let node = nodes.get(NODE).await.ok()?;
+        node.status?.volumes_in_use?.contains(&in_use).then_some(())
+    })
+    .await;
     k.kill();
     delete_now(&pods, &[SURVIVOR]).await;
     let before = driver.calls().len();
@@ -339,6 +348,16 @@ async fn csi_volumes_are_staged_published_and_torn_down() {
         "no mount under the root dir",
         || mounts_under(&k.root_dir).is_empty().then_some(()),
     );
+    wait_async(
+        Duration::from_secs(60),
+        "volumesInUse to be emptied",
+        || async {
+            let node = nodes.get(NODE).await.ok()?;
+            let used = node.status?.volumes_in_use.unwrap_or_default();
+            (!used.contains(&in_use)).then_some(())
+        },
+    )
+    .await;
 
     for c in [CLAIM, ATTACH_CLAIM] {
         let _ = claims.delete(c, &none).await;

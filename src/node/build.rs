@@ -81,6 +81,8 @@ pub struct StatusInputs {
     /// Why the node is not ready (runtime, network, PLEG); empty when it is.
     pub ready_errors: Vec<String>,
     pub pressure: Pressure,
+    /// Attachable volumes mounted or being mounted here, sorted (`volumesInUse`).
+    pub volumes_in_use: Vec<String>,
 }
 
 fn now_time(now: &jiff::Timestamp) -> Time {
@@ -161,6 +163,8 @@ pub fn apply_status(
         kubelet_endpoint: Some(DaemonEndpoint { port: cfg.port }),
     });
     status.images = (!inputs.images.is_empty()).then(|| inputs.images.clone());
+    status.volumes_in_use =
+        (!inputs.volumes_in_use.is_empty()).then(|| inputs.volumes_in_use.clone());
     if let Some(h) = &inputs.runtime_handlers {
         // An empty list reads back as absent; keep it absent so it never looks like a change.
         status.runtime_handlers = (!h.is_empty()).then(|| h.clone());
@@ -580,6 +584,9 @@ pub fn status_patch(orig: &Node, new: &Node) -> Value {
     }
     if o.runtime_handlers != n.runtime_handlers {
         status.insert("runtimeHandlers".into(), to_json(&n.runtime_handlers));
+    }
+    if o.volumes_in_use != n.volumes_in_use {
+        status.insert("volumesInUse".into(), to_json(&n.volumes_in_use));
     }
     let mut patch = Map::new();
     let meta = metadata_patch(&orig.metadata, &new.metadata);

@@ -165,6 +165,15 @@ pub async fn gather(
     if *ctx.shutting_down.borrow() {
         ready_errors.push(crate::nodeshutdown::NOT_READY.to_string());
     }
+    let root = ctx.settings.root_dir.clone();
+    let volumes_in_use = tokio::time::timeout(
+        FACTS_TIMEOUT,
+        tokio::task::spawn_blocking(move || crate::volume::csi::mount::in_use(&root)),
+    )
+    .await
+    .ok()
+    .and_then(Result::ok)
+    .unwrap_or_default();
     Ok(StatusInputs {
         machine,
         container_runtime_version: tracker.runtime_version(version.as_ref()),
@@ -172,6 +181,7 @@ pub async fn gather(
         runtime_handlers: tracker.handlers.clone(),
         ready_errors,
         pressure: *ctx.pressure.borrow(),
+        volumes_in_use,
     })
 }
 

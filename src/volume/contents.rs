@@ -27,6 +27,9 @@ pub enum ContentsError {
     DownwardApi(String),
     #[error("{0} projections are not supported yet")]
     Unsupported(&'static str),
+    /// A refresh gave up; the copy in place stays in use.
+    #[error("refreshing the contents took longer than {0:?}")]
+    RefreshTimedOut(std::time::Duration),
 }
 
 /// Whether this kind of volume is written by the kubelet (and so refreshed while the pod runs).

@@ -39,6 +39,8 @@ const CONFIG_MAP: &str = "kubernetes.io~configmap";
 const SECRET: &str = "kubernetes.io~secret";
 const DOWNWARD_API: &str = "kubernetes.io~downward-api";
 const PROJECTED: &str = "kubernetes.io~projected";
+/// How long a refresh of a written volume that has a copy in place may take.
+const REFRESH_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// The plugins whose folders hold mounts this kubelet made and may undo: a tmpfs, or the
 /// bind mount of a local volume (undoing a bind loses nothing of its source).
 const OWN_MOUNT_PLUGINS: [&str; 5] = [
@@ -417,6 +419,7 @@ impl VolumeManager {
         let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_deref());
         let mut plans = Vec::new();
         let mut csi_volumes = Vec::new();
+        let pod_dir = self.pod_dir(pod.metadata.uid.as_deref().unwrap_or_default());
         // The pod cgroup's memory limit, which bounds its tmpfs volumes as upstream's.
         let pod_memory_limit = pod.spec.as_ref().and_then(|s| {
             crate::cm::resources::pod_resources(s, &Default::default())
@@ -458,7 +461,20 @@ impl VolumeManager {
                 Plan::EmptyDir { medium }
             } else if contents::is_written(v) {
                 let plugin = written_plugin(v);
-                let got = contents::files(&self.inputs, pod, v, self.node).await;
+                let fetch = contents::files(&self.inputs, pod, v, self.node);
+                // A refresh must not hold the pod's sync (a container restart) for long: the
+                // copy in place stays in use when the API server is slow.
+                let copy = volume_dir(&pod_dir, plugin, &v.name);
+                let refreshing = tokio::task::spawn_blocking(move || has_copy(&copy))
+                    .await
+                    .unwrap_or(false);
+                let got = if refreshing {
+                    tokio::time::timeout(REFRESH_WAIT, fetch)
+                        .await
+                        .unwrap_or(Err(contents::ContentsError::RefreshTimedOut(REFRESH_WAIT)))
+                } else {
+                    fetch.await
+                };
                 match got {
                     Ok(files) => Plan::Write {
                         plugin,
@@ -491,14 +507,13 @@ impl VolumeManager {
                 .and_then(|sc| sc.fs_group)
                 .and_then(|g| u32::try_from(g).ok()),
         };
-        let dir = self.pod_dir(pod.metadata.uid.as_deref().unwrap_or_default());
-        let blocking_dir = dir.clone();
+        let blocking_dir = pod_dir.clone();
         let mut applied = tokio::task::spawn_blocking(move || apply(&blocking_dir, plans, own))
             .await
             .map_err(|e| VolumeError::Blocking(e.to_string()))?;
         if let Some(drivers) = &self.csi_drivers {
             for (name, vol) in csi_volumes {
-                self.set_up_csi(drivers, pod, &dir, &name, vol, &mut applied)
+                self.set_up_csi(drivers, pod, &pod_dir, &name, vol, &mut applied)
                     .await;
             }
         }
@@ -828,6 +843,44 @@ mod tests {
         m.teardown("u1").await.unwrap();
         assert!(!m.pod_dir("u1").exists());
         assert!(host.is_dir(), "hostPath data must survive pod removal");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_slow_refresh_keeps_the_copy_in_place_without_holding_the_sync() {
+        // An API server that takes connections and never answers.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", silent.local_addr().unwrap());
+        let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let m = VolumeManager::new(
+            root.path().to_path_buf(),
+            Arc::new(PodInputSource::new(Some(client))),
+            NodeAllocatable::default(),
+            EventRecorder::default(),
+        );
+        let mut cm = volume("cfg");
+        cm.config_map = Some(ConfigMapVolumeSource {
+            name: "settings".into(),
+            ..Default::default()
+        });
+        let p = pod(vec![cm], &["cfg"]);
+        let copy = volume_dir(&m.pod_dir("u1"), CONFIG_MAP, "cfg");
+        std::fs::create_dir_all(&copy).unwrap();
+        let files = [FileEntry {
+            path: "color".into(),
+            data: b"blue".to_vec(),
+            mode: 0o644,
+        }];
+        atomic_writer::write(&copy, &files, Ownership { fs_group: None }).unwrap();
+        let started = std::time::Instant::now();
+        let vols = m.setup(&p).await.expect("the copy in place serves");
+        assert!(
+            started.elapsed() < REFRESH_WAIT * 3,
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(vols.path("cfg"), Some(copy.as_path()));
+        assert_eq!(std::fs::read_to_string(copy.join("color")).unwrap(), "blue");
     }
 
     #[tokio::test]

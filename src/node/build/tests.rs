@@ -49,7 +49,32 @@ fn inputs() -> StatusInputs {
         runtime_handlers: None,
         ready_errors: Vec::new(),
         pressure: Pressure::default(),
+        volumes_in_use: Vec::new(),
     }
+}
+
+#[test]
+fn volumes_in_use_are_reported_and_cleared() {
+    let cfg = settings();
+    let t0 = ts("2025-01-01T00:00:00Z");
+    let original = initial_node(&cfg, &inputs(), &t0);
+    let mut i = inputs();
+    i.volumes_in_use = vec!["kubernetes.io/csi/d.csi^h-1".into()];
+    let mut next = original.clone();
+    apply_status(&mut next, &cfg, &i, &t0);
+    assert!(status_changed(
+        original.status.as_ref(),
+        next.status.as_ref()
+    ));
+    let p = status_patch(&original, &next);
+    assert_eq!(
+        p["status"]["volumesInUse"],
+        json!(["kubernetes.io/csi/d.csi^h-1"])
+    );
+    let mut cleared = next.clone();
+    apply_status(&mut cleared, &cfg, &inputs(), &t0);
+    let p = status_patch(&next, &cleared);
+    assert!(p["status"]["volumesInUse"].is_null() && p["status"].get("volumesInUse").is_some());
 }
 
 fn ts(s: &str) -> jiff::Timestamp {

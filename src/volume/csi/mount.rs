@@ -310,6 +310,38 @@ async fn unpublish(
     Ok(())
 }
 
+/// The CSI volumes staged or published on this node, as the Node's `volumesInUse` names them
+/// (`kubernetes.io/csi/<driver>^<handle>`), sorted: the attach/detach controller does not
+/// detach a volume the node reports in use. Read from the vol_data.json files, which are
+/// written before a volume is staged or published and removed after it is undone.
+pub fn in_use(root_dir: &Path) -> Vec<String> {
+    let mut found = std::collections::BTreeSet::new();
+    let mut add = |d: VolData| {
+        found.insert(format!(
+            "kubernetes.io/csi/{}^{}",
+            d.driver_name, d.volume_handle
+        ));
+    };
+    let staged = root_dir.join("plugins/kubernetes.io/csi");
+    for driver in read_dirs(&staged) {
+        read_dirs(&driver)
+            .filter_map(|v| read_vol_data(&v))
+            .for_each(&mut add);
+    }
+    for pod in read_dirs(&root_dir.join("pods")) {
+        published(&pod).into_values().for_each(&mut add);
+    }
+    found.into_iter().collect()
+}
+
+fn read_dirs(dir: &Path) -> impl Iterator<Item = PathBuf> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+}
+
 /// Whether any pod still has the same driver's same volume published.
 fn still_published(pods_dir: &Path, data: &VolData) -> bool {
     let Ok(pods) = std::fs::read_dir(pods_dir) else {
@@ -342,6 +374,27 @@ mod tests {
             target_path(Path::new("/p"), "pv-1"),
             Path::new("/p/volumes/kubernetes.io~csi/pv-1/mount")
         );
+    }
+
+    #[test]
+    fn volumes_in_use_are_the_staged_and_published_ones() {
+        let root = tempfile::tempdir().unwrap();
+        let data = |handle: &str| VolData {
+            volume_handle: handle.into(),
+            driver_name: "d.csi".into(),
+            ..Default::default()
+        };
+        let staging = staging_path(root.path(), "d.csi", "h-1");
+        write_vol_data(staging.parent().unwrap(), &data("h-1")).unwrap();
+        let target = target_path(&root.path().join("pods/u1"), "pv-2");
+        write_vol_data(target.parent().unwrap(), &data("h-2")).unwrap();
+        let again = target_path(&root.path().join("pods/u2"), "pv-2");
+        write_vol_data(again.parent().unwrap(), &data("h-2")).unwrap();
+        assert_eq!(
+            in_use(root.path()),
+            ["kubernetes.io/csi/d.csi^h-1", "kubernetes.io/csi/d.csi^h-2"]
+        );
+        assert!(in_use(&root.path().join("missing")).is_empty());
     }
 
     #[test]
