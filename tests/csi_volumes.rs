@@ -13,12 +13,12 @@ mod common;
 #[path = "common/csi_driver.rs"]
 mod csi_driver;
 
-use std::path::Path;
 use std::time::Duration;
 
+use common::storage::{create_bound, mounts_under, pv, remove_claims_and_volumes, terminated};
 use common::*;
 use csi_driver::{Options, TestDriver};
-use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Event, PersistentVolume, Pod};
 use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -43,32 +43,12 @@ fn csi_driver_object(name: &str, attach_required: bool) -> CSIDriver {
 }
 
 fn csi_pv(name: &str, driver: &str, handle: &str, claim: &str) -> PersistentVolume {
-    serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {
-            "capacity": {"storage": "1Mi"},
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": "",
-            "persistentVolumeReclaimPolicy": "Retain",
-            "csi": {"driver": driver, "volumeHandle": handle,
-                    "volumeAttributes": {"color": "blue"}},
-            "claimRef": {"namespace": "default", "name": claim},
-        },
-    }))
-    .unwrap()
-}
-
-fn claim(name: &str, pv: &str) -> PersistentVolumeClaim {
-    serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": "",
-            "volumeName": pv,
-            "resources": {"requests": {"storage": "1Mi"}},
-        },
-    }))
-    .unwrap()
+    pv(
+        name,
+        claim,
+        json!({"csi": {"driver": driver, "volumeHandle": handle,
+                       "volumeAttributes": {"color": "blue"}}}),
+    )
 }
 
 fn claim_pod(name: &str, claim: &str, script: &str, restart: &str) -> Pod {
@@ -91,30 +71,6 @@ fn claim_pod(name: &str, claim: &str, script: &str, restart: &str) -> Pod {
     }))
 }
 
-fn mounts_under(dir: &Path) -> Vec<String> {
-    let prefix = format!("{}/", dir.display());
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .filter(|mp| mp.starts_with(&prefix))
-        .map(str::to_string)
-        .collect()
-}
-
-async fn finished(pods: &Api<Pod>, name: &str) -> String {
-    wait_async(Duration::from_secs(90), "the pod to finish", || async {
-        let p = pods.get(name).await.ok()?;
-        let done = first_state(&p)?.terminated.clone()?;
-        Some(format!(
-            "{} {}",
-            done.exit_code,
-            done.message.unwrap_or_default().trim()
-        ))
-    })
-    .await
-}
-
 async fn wait_call(driver: &TestDriver, op: &str, path_part: &str) -> csi_driver::Call {
     wait_async(Duration::from_secs(60), op, || async {
         driver
@@ -129,18 +85,11 @@ async fn wait_call(driver: &TestDriver, op: &str, path_part: &str) -> csi_driver
 async fn csi_volumes_are_staged_published_and_torn_down() {
     use std::os::unix::fs::MetadataExt;
     let (client, pods) = default_pods(&[WRITER, ATTACHED, SURVIVOR]).await;
-    let pvs: Api<PersistentVolume> = Api::all(client.clone());
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
     let csidrivers: Api<CSIDriver> = Api::all(client.clone());
     let attachments: Api<VolumeAttachment> = Api::all(client.clone());
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
     let none = DeleteParams::default();
-    for c in [CLAIM, ATTACH_CLAIM] {
-        let _ = claims.delete(c, &none).await;
-    }
-    for p in [PV, ATTACH_PV] {
-        let _ = pvs.delete(p, &none).await;
-    }
+    remove_claims_and_volumes(&client, &[CLAIM, ATTACH_CLAIM], &[PV, ATTACH_PV]).await;
     for d in [DRIVER, ATTACHING] {
         let _ = csidrivers.delete(d, &none).await;
     }
@@ -153,17 +102,9 @@ async fn csi_volumes_are_staged_published_and_torn_down() {
         .create(&post, &csi_driver_object(ATTACHING, true))
         .await
         .unwrap();
-    pvs.create(&post, &csi_pv(PV, DRIVER, "vol-1", CLAIM))
-        .await
-        .unwrap();
-    claims.create(&post, &claim(CLAIM, PV)).await.unwrap();
-    pvs.create(&post, &csi_pv(ATTACH_PV, ATTACHING, "vol-2", ATTACH_CLAIM))
-        .await
-        .unwrap();
-    claims
-        .create(&post, &claim(ATTACH_CLAIM, ATTACH_PV))
-        .await
-        .unwrap();
+    create_bound(&client, &csi_pv(PV, DRIVER, "vol-1", CLAIM), CLAIM).await;
+    let attach_pv = csi_pv(ATTACH_PV, ATTACHING, "vol-2", ATTACH_CLAIM);
+    create_bound(&client, &attach_pv, ATTACH_CLAIM).await;
 
     let mut k = Kubelet::new("csi-volumes");
     k.start_as_node(NODE, &["--sync-frequency=10s"]);
@@ -181,7 +122,7 @@ async fn csi_volumes_are_staged_published_and_torn_down() {
     );
     create_pod(&pods, &writer).await;
     assert_eq!(
-        finished(&pods, WRITER).await,
+        terminated(&pods, WRITER).await,
         "0 written",
         "{}",
         tail(&k.log(), 60)
@@ -293,7 +234,7 @@ async fn csi_volumes_are_staged_published_and_torn_down() {
         .await
         .unwrap();
     assert_eq!(
-        finished(&pods, ATTACHED).await,
+        terminated(&pods, ATTACHED).await,
         "0 ok",
         "{}",
         tail(&k.log(), 60)
@@ -359,12 +300,7 @@ async fn csi_volumes_are_staged_published_and_torn_down() {
     )
     .await;
 
-    for c in [CLAIM, ATTACH_CLAIM] {
-        let _ = claims.delete(c, &none).await;
-    }
-    for p in [PV, ATTACH_PV] {
-        let _ = pvs.delete(p, &none).await;
-    }
+    remove_claims_and_volumes(&client, &[CLAIM, ATTACH_CLAIM], &[PV, ATTACH_PV]).await;
     for d in [DRIVER, ATTACHING] {
         let _ = csidrivers.delete(d, &none).await;
     }

@@ -10,9 +10,12 @@ mod common;
 
 use std::time::Duration;
 
+use common::storage::{
+    claim, create_bound, mounts_under, pv, remove_claims_and_volumes, terminated,
+};
 use common::*;
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
 const NODE: &str = "krs-pv-node";
@@ -25,31 +28,11 @@ const CLAIM: &str = "krs-pvc-host";
 const LATE_CLAIM: &str = "krs-pvc-late";
 
 fn host_pv(name: &str, path: &str, claim: &str) -> PersistentVolume {
-    serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {
-            "capacity": {"storage": "1Mi"},
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": "",
-            "persistentVolumeReclaimPolicy": "Retain",
-            "hostPath": {"path": path, "type": "Directory"},
-            "claimRef": {"namespace": "default", "name": claim},
-        },
-    }))
-    .unwrap()
-}
-
-fn claim(name: &str, pv: &str) -> PersistentVolumeClaim {
-    serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": "",
-            "volumeName": pv,
-            "resources": {"requests": {"storage": "1Mi"}},
-        },
-    }))
-    .unwrap()
+    pv(
+        name,
+        claim,
+        json!({"hostPath": {"path": path, "type": "Directory"}}),
+    )
 }
 
 /// A pod on NODE that runs `script` once with the claim at /data; its termination message is
@@ -74,20 +57,6 @@ fn claim_pod(name: &str, claim: &str, read_only: bool, script: &str) -> Pod {
     }))
 }
 
-async fn finished_message(pods: &Api<Pod>, name: &str) -> String {
-    wait_async(Duration::from_secs(90), "the pod to finish", || async {
-        let p = pods.get(name).await.ok()?;
-        let state = first_state(&p)?;
-        let done = state.terminated.as_ref()?;
-        Some(format!(
-            "{} {}",
-            done.exit_code,
-            done.message.clone().unwrap_or_default().trim()
-        ))
-    })
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[allow(clippy::await_holding_lock)]
 async fn claims_bound_to_host_path_volumes_mount_and_unbound_ones_wait() {
@@ -97,21 +66,13 @@ async fn claims_bound_to_host_path_volumes_mount_and_unbound_ones_wait() {
     let pvs: Api<PersistentVolume> = Api::all(client.clone());
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
-    for c in [CLAIM, LATE_CLAIM] {
-        let _ = claims.delete(c, &DeleteParams::default()).await;
-    }
-    for p in [PV, LATE_PV] {
-        let _ = pvs.delete(p, &DeleteParams::default()).await;
-    }
+    remove_claims_and_volumes(&client, &[CLAIM, LATE_CLAIM], &[PV, LATE_PV]).await;
     let host = tempfile::tempdir().unwrap();
     let host_path = host.path().to_string_lossy().to_string();
     std::fs::write(host.path().join("hello"), "from the host").unwrap();
 
     let post = PostParams::default();
-    pvs.create(&post, &host_pv(PV, &host_path, CLAIM))
-        .await
-        .unwrap();
-    claims.create(&post, &claim(CLAIM, PV)).await.unwrap();
+    create_bound(&client, &host_pv(PV, &host_path, CLAIM), CLAIM).await;
     let mut k = Kubelet::new("persistent-volumes");
     k.start_as_node(NODE, &["--sync-frequency=10s"]);
 
@@ -124,7 +85,7 @@ async fn claims_bound_to_host_path_volumes_mount_and_unbound_ones_wait() {
     );
     create_pod(&pods, &writer).await;
     assert_eq!(
-        finished_message(&pods, WRITER).await,
+        terminated(&pods, WRITER).await,
         "0 from the host",
         "{}",
         tail(&k.log(), 40)
@@ -142,7 +103,7 @@ async fn claims_bound_to_host_path_volumes_mount_and_unbound_ones_wait() {
         "if touch /data/nope 2>/dev/null; then echo rw; else echo ro; fi > /dev/termination-log",
     );
     create_pod(&pods, &reader).await;
-    assert_eq!(finished_message(&pods, READER).await, "0 ro");
+    assert_eq!(terminated(&pods, READER).await, "0 ro");
     assert!(!host.path().join("nope").exists());
 
     // A claim whose volume does not exist yet stays Pending; the pod waits with upstream's event.
@@ -180,15 +141,10 @@ async fn claims_bound_to_host_path_volumes_mount_and_unbound_ones_wait() {
     pvs.create(&post, &host_pv(LATE_PV, &host_path, LATE_CLAIM))
         .await
         .unwrap();
-    assert_eq!(finished_message(&pods, WAITER).await, "0 from the host");
+    assert_eq!(terminated(&pods, WAITER).await, "0 from the host");
 
     delete_now(&pods, &[WRITER, READER, WAITER]).await;
-    for c in [CLAIM, LATE_CLAIM] {
-        let _ = claims.delete(c, &DeleteParams::default()).await;
-    }
-    for p in [PV, LATE_PV] {
-        let _ = pvs.delete(p, &DeleteParams::default()).await;
-    }
+    remove_claims_and_volumes(&client, &[CLAIM, LATE_CLAIM], &[PV, LATE_PV]).await;
     k.cleanup();
 }
 
@@ -201,31 +157,15 @@ const LOCAL_CLAIM: &str = "krs-pvc-local-here";
 const ELSEWHERE_CLAIM: &str = "krs-pvc-local-elsewhere";
 
 fn local_pv(name: &str, path: &str, claim: &str, node: &str) -> PersistentVolume {
-    serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {
-            "capacity": {"storage": "1Mi"},
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": "",
-            "persistentVolumeReclaimPolicy": "Retain",
+    pv(
+        name,
+        claim,
+        json!({
             "local": {"path": path},
             "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
                 {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}},
-            "claimRef": {"namespace": "default", "name": claim},
-        },
-    }))
-    .unwrap()
-}
-
-fn mounts_under(dir: &std::path::Path) -> Vec<String> {
-    let prefix = format!("{}/", dir.display());
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .filter(|mp| mp.starts_with(&prefix))
-        .map(str::to_string)
-        .collect()
+        }),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -235,38 +175,19 @@ async fn local_volumes_are_bind_mounted_for_their_node_only() {
     let _guard = serial();
     use std::os::unix::fs::MetadataExt;
     let (client, pods) = default_pods(&[LOCAL_POD, ELSEWHERE_POD]).await;
-    let pvs: Api<PersistentVolume> = Api::all(client.clone());
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
-    for c in [LOCAL_CLAIM, ELSEWHERE_CLAIM] {
-        let _ = claims.delete(c, &DeleteParams::default()).await;
-    }
-    for p in [LOCAL_PV, ELSEWHERE_PV] {
-        let _ = pvs.delete(p, &DeleteParams::default()).await;
-    }
+    remove_claims_and_volumes(
+        &client,
+        &[LOCAL_CLAIM, ELSEWHERE_CLAIM],
+        &[LOCAL_PV, ELSEWHERE_PV],
+    )
+    .await;
     let disk = tempfile::tempdir().unwrap();
     let disk_path = disk.path().to_string_lossy().to_string();
-    let post = PostParams::default();
-    pvs.create(
-        &post,
-        &local_pv(LOCAL_PV, &disk_path, LOCAL_CLAIM, LOCAL_NODE),
-    )
-    .await
-    .unwrap();
-    pvs.create(
-        &post,
-        &local_pv(ELSEWHERE_PV, &disk_path, ELSEWHERE_CLAIM, "another-node"),
-    )
-    .await
-    .unwrap();
-    claims
-        .create(&post, &claim(LOCAL_CLAIM, LOCAL_PV))
-        .await
-        .unwrap();
-    claims
-        .create(&post, &claim(ELSEWHERE_CLAIM, ELSEWHERE_PV))
-        .await
-        .unwrap();
+    let here = local_pv(LOCAL_PV, &disk_path, LOCAL_CLAIM, LOCAL_NODE);
+    create_bound(&client, &here, LOCAL_CLAIM).await;
+    let elsewhere = local_pv(ELSEWHERE_PV, &disk_path, ELSEWHERE_CLAIM, "another-node");
+    create_bound(&client, &elsewhere, ELSEWHERE_CLAIM).await;
     let mut k = Kubelet::new("persistent-local");
     k.start_as_node(LOCAL_NODE, &["--sync-frequency=10s"]);
 
@@ -284,7 +205,7 @@ async fn local_volumes_are_bind_mounted_for_their_node_only() {
         Some(serde_json::from_value(json!({"runAsUser": 1000, "fsGroup": 2345})).unwrap());
     create_pod(&pods, &pod).await;
     assert_eq!(
-        finished_message(&pods, LOCAL_POD).await,
+        terminated(&pods, LOCAL_POD).await,
         "0 2345",
         "{}",
         tail(&k.log(), 40)
@@ -337,11 +258,11 @@ async fn local_volumes_are_bind_mounted_for_their_node_only() {
         "hi\n"
     );
 
-    for c in [LOCAL_CLAIM, ELSEWHERE_CLAIM] {
-        let _ = claims.delete(c, &DeleteParams::default()).await;
-    }
-    for p in [LOCAL_PV, ELSEWHERE_PV] {
-        let _ = pvs.delete(p, &DeleteParams::default()).await;
-    }
+    remove_claims_and_volumes(
+        &client,
+        &[LOCAL_CLAIM, ELSEWHERE_CLAIM],
+        &[LOCAL_PV, ELSEWHERE_PV],
+    )
+    .await;
     k.cleanup();
 }

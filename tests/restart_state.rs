@@ -161,17 +161,6 @@ async fn a_pod_selecting_an_added_node_label_survives_a_crash() {
 const FINISHED_NODE: &str = "krs-restart-finished";
 const FINISHED_POD: &str = "krs-restart-finished";
 
-fn tmpfs_mounted_under(dir: &std::path::Path) -> Vec<String> {
-    let prefix = format!("{}/", dir.display());
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .filter(|mp| mp.starts_with(&prefix))
-        .map(str::to_string)
-        .collect()
-}
-
 /// A pod that finished before the start and still holds a volume (the kubelet was killed
 /// between the pod's end and the release of its volumes, say) gives it back once the kubelet
 /// is up again, as a worker does when its pod finishes: found from the API server (the pod is
@@ -223,7 +212,7 @@ async fn a_finished_pods_volumes_left_held_are_released_after_a_restart() {
     let released = wait_for_opt(Duration::from_secs(20), || {
         (!volumes.exists()).then_some(())
     });
-    let still = tmpfs_mounted_under(&k.root_dir);
+    let still = common::storage::mounts_under(&k.root_dir);
     for mp in &still {
         let _ = std::process::Command::new("umount")
             .args(["-l", mp])

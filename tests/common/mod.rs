@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod cgroup;
+pub mod storage;
 pub mod systemd_node;
 pub mod upstream;
 
