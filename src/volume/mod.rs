@@ -53,9 +53,14 @@ const OWN_MOUNT_PLUGINS: [&str; 5] = [
 
 #[derive(Debug, thiserror::Error)]
 pub enum VolumeError {
-    /// Upstream's wording, which users search for.
-    #[error("MountVolume.SetUp failed for volume \"{volume}\" : {reason}")]
-    SetUp { volume: String, reason: String },
+    /// A step of mounting that failed (`FailureKind::step` names it), in upstream's words,
+    /// which users search for.
+    #[error("MountVolume.{step} failed for volume \"{volume}\" : {reason}")]
+    Mount {
+        step: &'static str,
+        volume: String,
+        reason: String,
+    },
     /// A volume that could not be worked out from the API (a claim not bound yet), in the
     /// words of upstream's volume manager, which lists the volumes it still waits for (its
     /// event says "Unable to attach or mount volumes: " first, as the pod worker's error does).
@@ -63,16 +68,9 @@ pub enum VolumeError {
         "unmounted volumes=[{volumes}], unattached volumes=[], failed to process volumes=[{volumes}]: {reason}"
     )]
     Process { volumes: String, reason: String },
-    #[error("MountVolume.WaitForAttach failed for volume \"{volume}\" : {reason}")]
-    WaitForAttach { volume: String, reason: String },
-    #[error("MountVolume.MountDevice failed for volume \"{volume}\" : {reason}")]
-    MountDevice { volume: String, reason: String },
     /// CSI volumes that could not be unpublished or unstaged.
     #[error("{0}")]
     TearDown(String),
-    /// A PersistentVolume pinned to other nodes.
-    #[error("MountVolume.NodeAffinity check failed for volume \"{volume}\" : {reason}")]
-    NodeAffinity { volume: String, reason: String },
     #[error("blocking task failed: {0}")]
     Blocking(String),
     #[error("{path}: {source}")]
@@ -226,6 +224,20 @@ pub(crate) enum FailureKind {
     WaitForAttach,
     /// The node-wide staging of the volume.
     MountDevice,
+}
+
+impl FailureKind {
+    /// The step as upstream's "MountVolume.<step> failed" names it; None for a volume that
+    /// never reached the node.
+    fn step(self) -> Option<&'static str> {
+        match self {
+            FailureKind::Process => None,
+            FailureKind::SetUp => Some("SetUp"),
+            FailureKind::NodeAffinity => Some("NodeAffinity check"),
+            FailureKind::WaitForAttach => Some("WaitForAttach"),
+            FailureKind::MountDevice => Some("MountDevice"),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -519,24 +531,13 @@ impl VolumeManager {
         }
         let mut first_blocking = None;
         for f in applied.failures {
-            let err = match f.kind {
-                FailureKind::Process => VolumeError::Process {
+            let err = match f.kind.step() {
+                None => VolumeError::Process {
                     volumes: f.volume,
                     reason: f.reason,
                 },
-                FailureKind::NodeAffinity => VolumeError::NodeAffinity {
-                    volume: f.volume,
-                    reason: f.reason,
-                },
-                FailureKind::SetUp => VolumeError::SetUp {
-                    volume: f.volume,
-                    reason: f.reason,
-                },
-                FailureKind::WaitForAttach => VolumeError::WaitForAttach {
-                    volume: f.volume,
-                    reason: f.reason,
-                },
-                FailureKind::MountDevice => VolumeError::MountDevice {
+                Some(step) => VolumeError::Mount {
+                    step,
                     volume: f.volume,
                     reason: f.reason,
                 },
@@ -569,18 +570,12 @@ impl VolumeManager {
         pod: &Pod,
         pod_dir: &Path,
         name: &str,
-        vol: persistent::csi::Prepared,
+        vol: csi::mount::CsiVolume,
         applied: &mut Applied,
     ) {
-        let shown = vol.volume.name.clone();
-        let result = csi::mount::set_up(
-            drivers,
-            &self.root_dir,
-            pod_dir,
-            &self.node_name,
-            &vol.volume,
-        )
-        .await;
+        let shown = vol.name.clone();
+        let result =
+            csi::mount::set_up(drivers, &self.root_dir, pod_dir, &self.node_name, &vol).await;
         let failure = |kind: FailureKind, reason: String| Failure {
             volume: shown.clone(),
             reason,
@@ -589,13 +584,12 @@ impl VolumeManager {
         };
         match result {
             Ok(csi::mount::Published { target, group_done }) => {
-                if vol.volume.read_only {
+                if vol.read_only {
                     applied.volumes.set_read_only(name);
                 }
-                let gid = vol.volume.mount_group.filter(|_| !group_done);
-                if let (true, Some(gid)) = (vol.kubelet_sets_group, gid) {
+                if let Some(gid) = vol.mount_group.filter(|_| !group_done) {
                     let dir = target.clone();
-                    let read_only = vol.volume.read_only;
+                    let read_only = vol.read_only;
                     let on_mismatch = persistent::on_root_mismatch(pod);
                     let done = tokio::task::spawn_blocking(move || {
                         ownership::set_volume_ownership(&dir, gid, read_only, on_mismatch)
@@ -682,20 +676,24 @@ pub fn release_volumes(pod_dir: &Path) -> Result<(), VolumeError> {
     })
 }
 
-fn unmount_ours(pod_dir: &Path) -> Result<(), VolumeError> {
+/// The mount points below `dir` in the kubelet's mount table.
+fn mounts_below(dir: &Path) -> Vec<PathBuf> {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let prefix = format!("{}/", pod_dir.to_string_lossy());
-    let mounted: Vec<PathBuf> = mountinfo
+    let prefix = format!("{}/", dir.to_string_lossy());
+    mountinfo
         .lines()
         .filter_map(|l| l.split(' ').nth(4))
         .filter(|mp| mp.starts_with(&prefix))
         .map(PathBuf::from)
-        .collect();
+        .collect()
+}
+
+fn unmount_ours(pod_dir: &Path) -> Result<(), VolumeError> {
     let ours: Vec<PathBuf> = OWN_MOUNT_PLUGINS
         .iter()
         .map(|k| pod_dir.join("volumes").join(k))
         .collect();
-    for mp in &mounted {
+    for mp in &mounts_below(pod_dir) {
         if !mp.parent().is_some_and(|p| ours.iter().any(|o| o == p)) {
             return Err(VolumeError::StillMounted(mp.to_string_lossy().into_owned()));
         }
@@ -706,13 +704,8 @@ fn unmount_ours(pod_dir: &Path) -> Result<(), VolumeError> {
     }
     // The folder is removed next: nothing may be mounted below it any more, or the removal
     // would reach into a volume's source.
-    let again = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    if let Some(mp) = again
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .find(|mp| mp.starts_with(&prefix))
-    {
-        return Err(VolumeError::StillMounted(mp.to_string()));
+    if let Some(mp) = mounts_below(pod_dir).first() {
+        return Err(VolumeError::StillMounted(mp.to_string_lossy().into_owned()));
     }
     Ok(())
 }
@@ -843,6 +836,34 @@ mod tests {
         m.teardown("u1").await.unwrap();
         assert!(!m.pod_dir("u1").exists());
         assert!(host.is_dir(), "hostPath data must survive pod removal");
+    }
+
+    #[test]
+    fn mount_steps_are_worded_as_upstream_words_them() {
+        let err = |kind: FailureKind| VolumeError::Mount {
+            step: kind.step().unwrap(),
+            volume: "pv-1".into(),
+            reason: "why".into(),
+        };
+        let shown: Vec<String> = [
+            FailureKind::SetUp,
+            FailureKind::NodeAffinity,
+            FailureKind::WaitForAttach,
+            FailureKind::MountDevice,
+        ]
+        .into_iter()
+        .map(|k| err(k).to_string())
+        .collect();
+        assert_eq!(
+            shown,
+            [
+                "MountVolume.SetUp failed for volume \"pv-1\" : why",
+                "MountVolume.NodeAffinity check failed for volume \"pv-1\" : why",
+                "MountVolume.WaitForAttach failed for volume \"pv-1\" : why",
+                "MountVolume.MountDevice failed for volume \"pv-1\" : why",
+            ]
+        );
+        assert_eq!(FailureKind::Process.step(), None);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,13 +15,6 @@ use crate::volume::FailureKind;
 use crate::volume::csi::api::volume_capability::access_mode::Mode;
 use crate::volume::csi::mount::{CsiVolume, attachment_name};
 
-/// The volume, and whether the kubelet gives it to the pod's fsGroup after publishing.
-#[derive(Clone, Debug)]
-pub struct Prepared {
-    pub volume: CsiVolume,
-    pub kubelet_sets_group: bool,
-}
-
 /// The CSIDriver's settings the kubelet acts on.
 struct DriverPolicy {
     attach_required: bool,
@@ -29,11 +22,14 @@ struct DriverPolicy {
     fs_group_policy: String,
 }
 
+/// The volume for `volume::csi::mount`; its `mount_group` is set when the pod's fsGroup is to
+/// be applied (by the driver when it offers VOLUME_MOUNT_GROUP, else by the kubelet after
+/// publishing).
 pub async fn prepare(
     client: &kube::Client,
     pod: &Pod,
     bound: &Bound,
-) -> Result<Prepared, (FailureKind, String)> {
+) -> Result<CsiVolume, (FailureKind, String)> {
     let spec = bound.pv.spec.clone().unwrap_or_default();
     let source = spec.csi.unwrap_or_default();
     let set_up = |reason: String| (FailureKind::SetUp, reason);
@@ -83,22 +79,19 @@ pub async fn prepare(
         _ => !fs_type.is_empty() && access_modes == ["ReadWriteOnce"],
     };
     let fs_group = super::fs_group(pod).filter(|_| group_policy_applies && !bound.read_only);
-    Ok(Prepared {
-        volume: CsiVolume {
-            name: bound.pv.metadata.name.clone().unwrap_or_default(),
-            driver: source.driver,
-            handle: source.volume_handle,
-            read_only: bound.read_only,
-            fs_type,
-            mount_flags: spec.mount_options.unwrap_or_default(),
-            access_mode: access_mode(&access_modes),
-            volume_context,
-            publish_context,
-            stage_secrets,
-            publish_secrets,
-            mount_group: fs_group,
-        },
-        kubelet_sets_group: fs_group.is_some(),
+    Ok(CsiVolume {
+        name: bound.pv.metadata.name.clone().unwrap_or_default(),
+        driver: source.driver,
+        handle: source.volume_handle,
+        read_only: bound.read_only,
+        fs_type,
+        mount_flags: spec.mount_options.unwrap_or_default(),
+        access_mode: access_mode(&access_modes),
+        volume_context,
+        publish_context,
+        stage_secrets,
+        publish_secrets,
+        mount_group: fs_group,
     })
 }
 

@@ -21,7 +21,7 @@ pub enum Resolved {
         read_only: bool,
     },
     Local(local::LocalMount),
-    Csi(Box<csi::Prepared>),
+    Csi(Box<crate::volume::csi::mount::CsiVolume>),
     Failed {
         /// The name events give the volume.
         shown: String,
