@@ -7,7 +7,10 @@
 //! driver that needs attaching waits for the VolumeAttachment to be attached and passes its
 //! metadata on. The node reports a published volume in `volumesInUse`. A pod deleted while
 //! the kubelet was killed has its volume unpublished after the restart, from what the kubelet
-//! left on disk.
+//! left on disk. An inline (ephemeral) CSI volume is published for its pod alone under
+//! upstream's derived handle, never staged nor reported in use, and unpublished with the pod;
+//! a driver whose CSIDriver object does not list the Ephemeral mode is refused with
+//! upstream's event.
 
 mod common;
 #[path = "common/csi_driver.rs"]
@@ -33,6 +36,11 @@ const ATTACH_CLAIM: &str = "krs-csi-attach-pvc";
 const WRITER: &str = "krs-csi-writer";
 const ATTACHED: &str = "krs-csi-attached";
 const SURVIVOR: &str = "krs-csi-survivor";
+const INLINE_NODE: &str = "krs-csi-inline-node";
+const INLINE_DRIVER: &str = "inline.csi.kubelet-rs.io";
+const PERSISTENT_ONLY: &str = "persistent-only.csi.kubelet-rs.io";
+const INLINE: &str = "krs-csi-inline";
+const REFUSED: &str = "krs-csi-refused";
 
 fn csi_driver_object(name: &str, attach_required: bool) -> CSIDriver {
     serde_json::from_value(json!({
@@ -69,6 +77,41 @@ fn claim_pod(name: &str, claim: &str, script: &str, restart: &str) -> Pod {
             "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
         },
     }))
+}
+
+fn inline_pod(name: &str, driver: &str, script: &str) -> Pod {
+    api_pod(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": INLINE_NODE,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "main",
+                "image": BUSYBOX,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", script],
+                "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+            }],
+            "volumes": [{"name": "scratch", "csi": {
+                "driver": driver, "volumeAttributes": {"size": "small"}}}],
+        },
+    }))
+}
+
+async fn wait_event(client: &kube::Client, pod: &str, prefix: &str) -> String {
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    wait_async(Duration::from_secs(60), prefix, || async {
+        let list = events
+            .list(&ListParams::default().fields(&format!("involvedObject.name={pod}")))
+            .await
+            .ok()?;
+        list.items
+            .into_iter()
+            .filter_map(|e| e.message)
+            .find(|m| m.starts_with(prefix))
+    })
+    .await
 }
 
 async fn wait_call(driver: &TestDriver, op: &str, path_part: &str) -> csi_driver::Call {
@@ -306,5 +349,118 @@ async fn csi_volumes_are_staged_published_and_torn_down() {
     }
     let _ = attachments.delete(&va_name, &none).await;
     drop((driver, attaching));
+    k.cleanup();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inline_csi_volumes_live_and_go_with_their_pod() {
+    let (client, pods) = default_pods(&[INLINE, REFUSED]).await;
+    let csidrivers: Api<CSIDriver> = Api::all(client.clone());
+    let none = DeleteParams::default();
+    for d in [INLINE_DRIVER, PERSISTENT_ONLY] {
+        let _ = csidrivers.delete(d, &none).await;
+    }
+    let object = |name: &str, modes: &[&str]| -> CSIDriver {
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"attachRequired": false, "podInfoOnMount": true,
+                     "volumeLifecycleModes": modes},
+        }))
+        .unwrap()
+    };
+    let post = PostParams::default();
+    let inline_object = object(INLINE_DRIVER, &["Persistent", "Ephemeral"]);
+    csidrivers.create(&post, &inline_object).await.unwrap();
+    let persistent_only = object(PERSISTENT_ONLY, &["Persistent"]);
+    csidrivers.create(&post, &persistent_only).await.unwrap();
+
+    let mut k = Kubelet::new("csi-inline");
+    k.start_as_node(INLINE_NODE, &["--sync-frequency=10s"]);
+    let registry = k.root_dir.join("plugins_registry");
+    std::fs::create_dir_all(&registry).unwrap();
+    let driver = TestDriver::start(
+        Options::new(INLINE_DRIVER, "node-1"),
+        k.dir.path(),
+        &registry,
+    );
+
+    // Published (never staged) under the handle upstream derives from the pod and volume.
+    let pod = inline_pod(
+        INLINE,
+        INLINE_DRIVER,
+        "echo hi > /scratch/by-pod && sleep 3600",
+    );
+    let uid = create_pod(&pods, &pod).await;
+    let publish = wait_call(
+        &driver,
+        "NodePublishVolume",
+        "kubernetes.io~csi/scratch/mount",
+    )
+    .await;
+    let digest = ring::digest::digest(&ring::digest::SHA256, format!("{uid}scratch").as_bytes());
+    let handle = format!("csi-{}", hex::encode(digest));
+    assert_eq!(publish.volume, handle);
+    let context = |k: &str| publish.context.get(k).map(String::as_str);
+    assert_eq!(context("size"), Some("small"));
+    assert_eq!(context("csi.storage.k8s.io/ephemeral"), Some("true"));
+    assert_eq!(context("csi.storage.k8s.io/pod.uid"), Some(uid.as_str()));
+    let written = driver.backing.join(&handle).join("by-pod");
+    wait_for(Duration::from_secs(90), "the pod's write", || {
+        std::fs::read_to_string(&written)
+            .ok()
+            .filter(|s| s == "hi\n")
+    });
+    // Never attached, so never reported in use: watched over more than one status update.
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    for _ in 0..8 {
+        let node = nodes.get(INLINE_NODE).await.unwrap();
+        let in_use = node
+            .status
+            .and_then(|s| s.volumes_in_use)
+            .unwrap_or_default();
+        assert!(in_use.iter().all(|v| !v.contains(&handle)), "{in_use:?}");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+
+    // Unpublished with the pod, and nothing stays mounted.
+    delete_now(&pods, &[INLINE]).await;
+    wait_call(
+        &driver,
+        "NodeUnpublishVolume",
+        "kubernetes.io~csi/scratch/mount",
+    )
+    .await;
+    assert_eq!(driver.ops(), ["NodePublishVolume", "NodeUnpublishVolume"]);
+    wait_for(
+        Duration::from_secs(30),
+        "no mount under the root dir",
+        || mounts_under(&k.root_dir).is_empty().then_some(()),
+    );
+
+    // A driver that takes no inline volumes: refused before any call, the pod never starts.
+    create_pod(&pods, &inline_pod(REFUSED, PERSISTENT_ONLY, "true")).await;
+    let refusal = wait_event(
+        &client,
+        REFUSED,
+        "MountVolume.NewMounter initialization failed for volume \"scratch\"",
+    )
+    .await;
+    assert!(
+        refusal.ends_with(&format!(
+            "volume mode \"Ephemeral\" not supported by driver {PERSISTENT_ONLY} (only supports [\"Persistent\"])"
+        )),
+        "{refusal}"
+    );
+    let refused = pods.get(REFUSED).await.unwrap();
+    assert!(
+        first_state(&refused).is_none_or(|s| s.running.is_none() && s.terminated.is_none()),
+        "{refused:?}"
+    );
+    delete_now(&pods, &[REFUSED]).await;
+
+    for d in [INLINE_DRIVER, PERSISTENT_ONLY] {
+        let _ = csidrivers.delete(d, &none).await;
+    }
+    drop(driver);
     k.cleanup();
 }

@@ -1,13 +1,13 @@
 //! The configMaps and secrets a pod's environment reads (`configMapKeyRef`, `secretKeyRef`,
-//! `envFrom`), fetched from the API server before its containers are created. The Node
-//! authorizer lets a kubelet read those of the pods bound to it.
+//! `envFrom`), read through the watches of [`super::watched`] before its containers are
+//! created. The Node authorizer lets a kubelet read those of the pods bound to it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret};
-use kube::api::Api;
+use k8s_openapi::api::core::v1::{Container, Pod, Secret};
 
-use super::{FETCH_TIMEOUT, Fetch};
+use super::PodInputSource;
 
 /// Why the objects could not be read; the container waits in `CreateContainerConfigError`
 /// and the next sync tries again.
@@ -70,27 +70,6 @@ pub fn referenced(pod: &Pod) -> (BTreeSet<String>, BTreeSet<String>) {
     (config_maps, secrets)
 }
 
-async fn get<K>(
-    api: Api<K>,
-    kind: &'static str,
-    ns: &str,
-    name: &str,
-) -> Result<Option<K>, EnvSourceError>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let failed = |reason: String| EnvSourceError::Get {
-        kind,
-        namespace: ns.to_string(),
-        name: name.to_string(),
-        reason,
-    };
-    super::get_opt(&api, name).await.map_err(|e| match e {
-        Fetch::Api(e) => failed(e.to_string()),
-        Fetch::TimedOut => failed(format!("timed out after {FETCH_TIMEOUT:?}")),
-    })
-}
-
 /// Secret values are bytes; the environment gets them as text, as upstream does.
 fn secret_strings(secret: Secret) -> BTreeMap<String, String> {
     secret
@@ -103,13 +82,13 @@ fn secret_strings(secret: Secret) -> BTreeMap<String, String> {
 
 /// Reads every object the pod's env names (nothing when it names none); a failure is kept in
 /// `error` for the containers that need the objects.
-pub async fn fetch(client: Option<&kube::Client>, pod: &Pod) -> EnvObjects {
+pub async fn fetch(inputs: &PodInputSource, pod: &Pod) -> EnvObjects {
     let namespace = pod
         .metadata
         .namespace
         .clone()
         .unwrap_or_else(|| "default".into());
-    match try_fetch(client, pod).await {
+    match try_fetch(inputs, pod).await {
         Ok(objects) => objects,
         Err(e) => EnvObjects {
             available: true,
@@ -120,17 +99,23 @@ pub async fn fetch(client: Option<&kube::Client>, pod: &Pod) -> EnvObjects {
     }
 }
 
-async fn try_fetch(client: Option<&kube::Client>, pod: &Pod) -> Result<EnvObjects, EnvSourceError> {
+async fn try_fetch(inputs: &PodInputSource, pod: &Pod) -> Result<EnvObjects, EnvSourceError> {
     let namespace = pod
         .metadata
         .namespace
         .clone()
         .unwrap_or_else(|| "default".into());
-    let Some(client) = client else {
+    if inputs.client().is_none() {
         return Ok(EnvObjects {
             namespace,
             ..Default::default()
         });
+    }
+    let failed = |kind: &'static str, name: &str, e: super::InputError| EnvSourceError::Get {
+        kind,
+        namespace: namespace.clone(),
+        name: name.to_string(),
+        reason: e.to_string(),
     };
     let (config_map_names, secret_names) = referenced(pod);
     let mut objects = EnvObjects {
@@ -139,16 +124,20 @@ async fn try_fetch(client: Option<&kube::Client>, pod: &Pod) -> Result<EnvObject
         ..Default::default()
     };
     for name in config_map_names {
-        let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
-        let found = get(api, "configMap", &namespace, &name).await?;
-        objects
-            .config_maps
-            .insert(name, found.map(|cm| cm.data.unwrap_or_default()));
+        let found = inputs
+            .config_map(pod, &name)
+            .await
+            .map_err(|e| failed("configMap", &name, e))?;
+        let data = found.map(|cm| Arc::unwrap_or_clone(cm).data.unwrap_or_default());
+        objects.config_maps.insert(name, data);
     }
     for name in secret_names {
-        let api: Api<Secret> = Api::namespaced(client.clone(), &namespace);
-        let found = get(api, "secret", &namespace, &name).await?;
-        objects.secrets.insert(name, found.map(secret_strings));
+        let found = inputs
+            .secret(pod, &name)
+            .await
+            .map_err(|e| failed("secret", &name, e))?;
+        let data = found.map(|s| secret_strings(Arc::unwrap_or_clone(s)));
+        objects.secrets.insert(name, data);
     }
     Ok(objects)
 }

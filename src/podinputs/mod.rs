@@ -10,16 +10,18 @@ pub mod pull_secrets;
 pub mod runtime_class;
 pub mod services;
 pub mod tokens;
+pub mod watched;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
-use kube::api::Api;
 
 use env_sources::EnvObjects;
 use runtime_class::RuntimeClassError;
 use tokens::TokenCache;
+use watched::{Watched, WatchedError};
 
 /// Bounds every read of a pod input.
 pub(crate) const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -73,16 +75,36 @@ impl PodInputs {
     }
 }
 
-/// The API client the inputs are read with (none when standalone), and the token cache.
+/// The API client the inputs are read with (none when standalone), the watches that keep the
+/// secrets and configMaps pods use, and the token cache.
 #[derive(Default)]
 pub struct PodInputSource {
     client: Option<kube::Client>,
+    objects: Option<WatchedObjects>,
     tokens: TokenCache,
+}
+
+struct WatchedObjects {
+    secrets: Watched<Secret>,
+    config_maps: Watched<ConfigMap>,
+}
+
+/// The UID a pod's reads are kept under.
+fn user(pod: &Pod) -> &str {
+    pod.metadata.uid.as_deref().unwrap_or_default()
+}
+
+fn namespace(pod: &Pod) -> &str {
+    pod.metadata.namespace.as_deref().unwrap_or("default")
 }
 
 impl PodInputSource {
     pub fn new(client: Option<kube::Client>) -> Self {
         PodInputSource {
+            objects: client.clone().map(|c| WatchedObjects {
+                secrets: Watched::new(c.clone()),
+                config_maps: Watched::new(c),
+            }),
             client,
             tokens: TokenCache::default(),
         }
@@ -91,6 +113,32 @@ impl PodInputSource {
     /// The API client, none when standalone.
     pub fn client(&self) -> Option<&kube::Client> {
         self.client.as_ref()
+    }
+
+    fn objects(&self) -> Result<&WatchedObjects, InputError> {
+        self.objects.as_ref().ok_or(InputError::NoApiServer)
+    }
+
+    /// A secret in the pod's namespace, `None` when it does not exist (see [`Watched::get`]).
+    pub async fn secret(&self, pod: &Pod, name: &str) -> Result<Option<Arc<Secret>>, InputError> {
+        let got = self
+            .objects()?
+            .secrets
+            .get(user(pod), namespace(pod), name, FETCH_TIMEOUT);
+        got.await.map_err(|e| watch_failed("secret", name, e))
+    }
+
+    /// A configMap in the pod's namespace, `None` when it does not exist.
+    pub async fn config_map(
+        &self,
+        pod: &Pod,
+        name: &str,
+    ) -> Result<Option<Arc<ConfigMap>>, InputError> {
+        let got = self
+            .objects()?
+            .config_maps
+            .get(user(pod), namespace(pod), name, FETCH_TIMEOUT);
+        got.await.map_err(|e| watch_failed("configmap", name, e))
     }
 
     /// Reads what `needs` asks for; `default_handler` serves a pod that names no RuntimeClass.
@@ -103,29 +151,31 @@ impl PodInputSource {
         }
         if needs.containers {
             inputs.service_env = services::fetch_service_env(client, pod).await;
-            inputs.env_objects = env_sources::fetch(client, pod).await;
-            if let Some(client) = client {
-                inputs.pull_secrets = pull_secrets::fetch(client, pod).await;
+            inputs.env_objects = env_sources::fetch(self, pod).await;
+            if client.is_some() {
+                inputs.pull_secrets = pull_secrets::fetch(self, pod).await;
             }
         }
         inputs
     }
 
-    /// The key/value data of one configMap or secret; `None` when it does not exist.
+    /// The key/value data of one configMap or secret of the pod's namespace; `None` when it
+    /// does not exist.
     pub async fn object_data(
         &self,
         kind: ObjectKind,
-        ns: &str,
+        pod: &Pod,
         name: &str,
     ) -> Result<Option<HashMap<String, Vec<u8>>>, InputError> {
-        let client = self.client.as_ref().ok_or(InputError::NoApiServer)?;
         Ok(match kind {
-            ObjectKind::Secret => get(Api::<Secret>::namespaced(client.clone(), ns), name)
+            ObjectKind::Secret => self
+                .secret(pod, name)
                 .await?
-                .map(objects::secret_data),
-            ObjectKind::ConfigMap => get(Api::<ConfigMap>::namespaced(client.clone(), ns), name)
+                .map(|s| objects::secret_data(Arc::unwrap_or_clone(s))),
+            ObjectKind::ConfigMap => self
+                .config_map(pod, name)
                 .await?
-                .map(objects::config_map_data),
+                .map(|c| objects::config_map_data(Arc::unwrap_or_clone(c))),
         })
     }
 
@@ -143,37 +193,23 @@ impl PodInputSource {
             .await?)
     }
 
-    /// Drops what is kept for the pod (its tokens), at teardown.
+    /// Drops what is kept for the pod (its tokens, and the watches only it used), at teardown.
     pub fn forget_pod(&self, uid: &str) {
         self.tokens.forget_pod(uid);
+        if let Some(objects) = &self.objects {
+            objects.secrets.forget(uid);
+            objects.config_maps.forget(uid);
+        }
     }
 }
 
-/// Why one bounded GET got no answer.
-#[derive(Debug)]
-pub(crate) enum Fetch {
-    Api(kube::Error),
-    TimedOut,
-}
-
-/// One object by name, or `None` when it does not exist, within [`FETCH_TIMEOUT`]: the GET
-/// every input is read with.
-pub(crate) async fn get_opt<K>(api: &Api<K>, name: &str) -> Result<Option<K>, Fetch>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    match tokio::time::timeout(FETCH_TIMEOUT, api.get_opt(name)).await {
-        Ok(found) => found.map_err(Fetch::Api),
-        Err(_) => Err(Fetch::TimedOut),
-    }
-}
-
-async fn get<K>(api: Api<K>, name: &str) -> Result<Option<K>, InputError>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    get_opt(&api, name).await.map_err(|e| match e {
-        Fetch::Api(e) => InputError::Api(e.to_string()),
-        Fetch::TimedOut => InputError::Api(format!("fetching {name} timed out")),
+/// Upstream's words for an object its watch cannot give.
+fn watch_failed(kind: &str, name: &str, e: WatchedError) -> InputError {
+    InputError::Api(match e {
+        WatchedError::TimedOut(_) => {
+            format!("failed to sync {kind} cache: timed out waiting for the condition")
+        }
+        WatchedError::Api(e) => format!("failed to sync {kind} cache: {e}"),
+        WatchedError::InvalidName(_) => format!("invalid {kind} name {name:?}"),
     })
 }

@@ -96,10 +96,10 @@ fn project(
 /// the source is optional.
 async fn object_files(
     inputs: &PodInputSource,
-    ns: &str,
+    pod: &Pod,
     src: SourceRef<'_>,
 ) -> Result<Vec<FileEntry>, ContentsError> {
-    let data = inputs.object_data(src.kind, ns, src.name).await?;
+    let data = inputs.object_data(src.kind, pod, src.name).await?;
     match data {
         Some(data) => project(data, &src),
         None if src.optional => Ok(vec![]),
@@ -154,7 +154,6 @@ pub async fn files(
     v: &Volume,
     node: NodeAllocatable,
 ) -> Result<Vec<FileEntry>, ContentsError> {
-    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     if let Some(s) = &v.secret {
         let src = SourceRef {
             kind: Kind::Secret,
@@ -163,7 +162,7 @@ pub async fn files(
             default_mode: s.default_mode.unwrap_or(DEFAULT_MODE),
             optional: s.optional.unwrap_or(false),
         };
-        return object_files(inputs, ns, src).await;
+        return object_files(inputs, pod, src).await;
     }
     if let Some(c) = &v.config_map {
         let src = SourceRef {
@@ -173,7 +172,7 @@ pub async fn files(
             default_mode: c.default_mode.unwrap_or(DEFAULT_MODE),
             optional: c.optional.unwrap_or(false),
         };
-        return object_files(inputs, ns, src).await;
+        return object_files(inputs, pod, src).await;
     }
     if let Some(d) = &v.downward_api {
         let mode = d.default_mode.unwrap_or(DEFAULT_MODE);
@@ -193,7 +192,7 @@ pub async fn files(
                 default_mode: mode,
                 optional: s.optional.unwrap_or(false),
             };
-            files.extend(object_files(inputs, ns, source).await?);
+            files.extend(object_files(inputs, pod, source).await?);
         } else if let Some(c) = &src.config_map {
             let source = SourceRef {
                 kind: Kind::ConfigMap,
@@ -202,7 +201,7 @@ pub async fn files(
                 default_mode: mode,
                 optional: c.optional.unwrap_or(false),
             };
-            files.extend(object_files(inputs, ns, source).await?);
+            files.extend(object_files(inputs, pod, source).await?);
         } else if let Some(d) = &src.downward_api {
             files.extend(downward_files(
                 pod,

@@ -19,7 +19,7 @@ pub mod mounts;
 pub mod ownership;
 pub mod persistent;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -183,9 +183,9 @@ enum Plan {
         reason: String,
     },
     Unsupported(&'static str),
-    /// A claim, resolved as far as it could be (a CSI volume is set up apart: it is not
-    /// blocking work).
-    Claim(persistent::Resolved),
+    /// A claim or an inline CSI volume, resolved as far as it could be (a CSI volume is set up
+    /// apart: it is not blocking work).
+    Resolved(persistent::Resolved),
     /// An image volume, which only the runtime can mount.
     Image {
         reason: String,
@@ -224,6 +224,9 @@ pub(crate) enum FailureKind {
     WaitForAttach,
     /// The node-wide staging of the volume.
     MountDevice,
+    /// The volume's plugin refused it before any work (an inline CSI volume whose driver does
+    /// not take inline volumes).
+    NewMounter,
 }
 
 impl FailureKind {
@@ -236,6 +239,7 @@ impl FailureKind {
             FailureKind::NodeAffinity => Some("NodeAffinity check"),
             FailureKind::WaitForAttach => Some("WaitForAttach"),
             FailureKind::MountDevice => Some("MountDevice"),
+            FailureKind::NewMounter => Some("NewMounter initialization"),
         }
     }
 }
@@ -289,7 +293,7 @@ fn apply(pod_dir: &Path, plans: Vec<(String, Plan)>, own: Ownership) -> Applied 
                 format!("{kind} volumes are not supported by this version of kubelet-rs"),
                 None,
             )),
-            Plan::Claim(resolved) => match resolved {
+            Plan::Resolved(resolved) => match resolved {
                 persistent::Resolved::HostPath {
                     path,
                     kind: type_,
@@ -387,6 +391,17 @@ pub struct VolumeManager {
     /// The registered CSI drivers and this node's name, once the plugin manager runs.
     csi_drivers: Option<Arc<csi::Drivers>>,
     node_name: String,
+    /// The claim and inline CSI volumes set up for each pod (by UID): as upstream's desired
+    /// state, such a volume is resolved and mounted once per pod, so later syncs send no
+    /// request for it.
+    in_place: std::sync::Mutex<HashMap<String, BTreeMap<String, InPlace>>>,
+}
+
+/// A volume set up once for a pod: where its containers mount it from, and how.
+#[derive(Clone, Debug)]
+struct InPlace {
+    path: PathBuf,
+    read_only: bool,
 }
 
 impl VolumeManager {
@@ -404,6 +419,7 @@ impl VolumeManager {
             runtime: None,
             csi_drivers: None,
             node_name: String::new(),
+            in_place: Default::default(),
         }
     }
 
@@ -431,7 +447,11 @@ impl VolumeManager {
         let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_deref());
         let mut plans = Vec::new();
         let mut csi_volumes = Vec::new();
-        let pod_dir = self.pod_dir(pod.metadata.uid.as_deref().unwrap_or_default());
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let pod_dir = self.pod_dir(uid);
+        let in_place = self.set_up_before(uid);
+        // The claim and inline CSI volumes, which are set up once per pod.
+        let mut once = Vec::new();
         // The pod cgroup's memory limit, which bounds its tmpfs volumes as upstream's.
         let pod_memory_limit = pod.spec.as_ref().and_then(|s| {
             crate::cm::resources::pod_resources(s, &Default::default())
@@ -450,12 +470,34 @@ impl VolumeManager {
                     read_only: false,
                 }
             } else if let Some(claim) = &v.persistent_volume_claim {
+                once.push(v.name.clone());
+                if in_place.contains_key(&v.name) {
+                    continue;
+                }
                 match persistent::resolve(self.inputs.client(), pod, &v.name, claim).await {
                     persistent::Resolved::Csi(vol) if self.csi_drivers.is_some() => {
                         csi_volumes.push((v.name.clone(), *vol));
                         continue;
                     }
-                    other => Plan::Claim(other),
+                    other => Plan::Resolved(other),
+                }
+            } else if let Some(source) = &v.csi {
+                once.push(v.name.clone());
+                if in_place.contains_key(&v.name) {
+                    continue;
+                }
+                let client = self.inputs.client();
+                match persistent::csi::prepare_inline(client, pod, &v.name, source).await {
+                    Ok(vol) if self.csi_drivers.is_some() => {
+                        csi_volumes.push((v.name.clone(), vol));
+                        continue;
+                    }
+                    Ok(vol) => Plan::Resolved(persistent::Resolved::Csi(Box::new(vol))),
+                    Err((kind, reason)) => Plan::Resolved(persistent::Resolved::Failed {
+                        shown: v.name.clone(),
+                        kind,
+                        reason,
+                    }),
                 }
             } else if let Some(e) = &v.empty_dir {
                 let medium = if e.medium.as_deref() == Some("Memory") {
@@ -529,6 +571,7 @@ impl VolumeManager {
                     .await;
             }
         }
+        self.keep_in_place(uid, &once, &in_place, &mut applied);
         let mut first_blocking = None;
         for f in applied.failures {
             let err = match f.kind.step() {
@@ -560,6 +603,49 @@ impl VolumeManager {
             Some(err) => Err(err),
             None => Ok(applied.volumes),
         }
+    }
+
+    fn set_up_before(&self, uid: &str) -> BTreeMap<String, InPlace> {
+        let kept = self.in_place.lock().unwrap_or_else(|e| e.into_inner());
+        kept.get(uid).cloned().unwrap_or_default()
+    }
+
+    /// Gives the pod the volumes of `once` set up on an earlier sync, and remembers those this
+    /// sync set up.
+    fn keep_in_place(
+        &self,
+        uid: &str,
+        once: &[String],
+        in_place: &BTreeMap<String, InPlace>,
+        applied: &mut Applied,
+    ) {
+        let mut set_up = BTreeMap::new();
+        for name in once {
+            if let Some(kept) = in_place.get(name) {
+                applied.volumes.insert(name, kept.path.clone());
+                if kept.read_only {
+                    applied.volumes.set_read_only(name);
+                }
+                continue;
+            }
+            if let Some(path) = applied.volumes.path(name) {
+                let kept = InPlace {
+                    path: path.to_path_buf(),
+                    read_only: applied.volumes.read_only(name),
+                };
+                set_up.insert(name.clone(), kept);
+            }
+        }
+        if !set_up.is_empty() {
+            let mut kept = self.in_place.lock().unwrap_or_else(|e| e.into_inner());
+            kept.entry(uid.to_string()).or_default().extend(set_up);
+        }
+    }
+
+    fn forget_pod(&self, uid: &str) {
+        self.inputs.forget_pod(uid);
+        let mut kept = self.in_place.lock().unwrap_or_else(|e| e.into_inner());
+        kept.remove(uid);
     }
 
     /// Stages and publishes one CSI volume, then gives it to the fsGroup when the driver's
@@ -628,7 +714,7 @@ impl VolumeManager {
 
     /// Gives back what a finished pod's volumes hold (its containers are stopped for good).
     pub async fn release(&self, uid: &str) -> Result<(), VolumeError> {
-        self.inputs.forget_pod(uid);
+        self.forget_pod(uid);
         self.tear_down_csi(uid).await?;
         let dir = self.pod_dir(uid);
         tokio::task::spawn_blocking(move || release_volumes(&dir))
@@ -638,7 +724,7 @@ impl VolumeManager {
 
     /// Removes the pod's folder once its containers are gone.
     pub async fn teardown(&self, uid: &str) -> Result<(), VolumeError> {
-        self.inputs.forget_pod(uid);
+        self.forget_pod(uid);
         self.tear_down_csi(uid).await?;
         let dir = self.pod_dir(uid);
         tokio::task::spawn_blocking(move || remove_pod_dir(&dir))
@@ -850,6 +936,7 @@ mod tests {
             FailureKind::NodeAffinity,
             FailureKind::WaitForAttach,
             FailureKind::MountDevice,
+            FailureKind::NewMounter,
         ]
         .into_iter()
         .map(|k| err(k).to_string())
@@ -861,6 +948,7 @@ mod tests {
                 "MountVolume.NodeAffinity check failed for volume \"pv-1\" : why",
                 "MountVolume.WaitForAttach failed for volume \"pv-1\" : why",
                 "MountVolume.MountDevice failed for volume \"pv-1\" : why",
+                "MountVolume.NewMounter initialization failed for volume \"pv-1\" : why",
             ]
         );
         assert_eq!(FailureKind::Process.step(), None);

@@ -38,10 +38,30 @@ pub struct VolData {
     pub volume_lifecycle_mode: String,
 }
 
-/// One CSI volume of a pod, as its PersistentVolume describes it.
+/// How a volume lives: upstream's `volumeLifecycleMode`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Lifecycle {
+    /// A PersistentVolume's: staged once per node, outlives the pod.
+    #[default]
+    Persistent,
+    /// A pod's inline volume: published for that pod only, never staged.
+    Ephemeral,
+}
+
+impl Lifecycle {
+    fn as_str(self) -> &'static str {
+        match self {
+            Lifecycle::Persistent => "Persistent",
+            Lifecycle::Ephemeral => "Ephemeral",
+        }
+    }
+}
+
+/// One CSI volume of a pod, as its PersistentVolume or the pod's inline source describes it.
 #[derive(Clone, Debug, Default)]
 pub struct CsiVolume {
-    /// The PersistentVolume's name (the folder under the pod's volumes).
+    /// The PersistentVolume's name, or the pod's volume for an inline one (the folder under
+    /// the pod's volumes).
     pub name: String,
     pub driver: String,
     pub handle: String,
@@ -55,6 +75,7 @@ pub struct CsiVolume {
     pub publish_secrets: HashMap<String, String>,
     /// Passed to a driver that offers VOLUME_MOUNT_GROUP.
     pub mount_group: Option<u32>,
+    pub lifecycle: Lifecycle,
 }
 
 /// `csi-<sha256(handle, driver, node)>`, the VolumeAttachment's name upstream derives.
@@ -146,10 +167,10 @@ pub async fn set_up(
         driver_name: vol.driver.clone(),
         node_name: node.to_string(),
         attachment_id: attachment_name(&vol.handle, &vol.driver, node),
-        volume_lifecycle_mode: "Persistent".to_string(),
+        volume_lifecycle_mode: vol.lifecycle.as_str().to_string(),
     };
     let capability = capability(vol, caps.volume_mount_group);
-    let staging = if caps.stage_unstage {
+    let staging = if caps.stage_unstage && vol.lifecycle == Lifecycle::Persistent {
         let staging = staging_path(root_dir, &vol.driver, &vol.handle);
         if !is_mount_point(&staging) {
             let parent = staging.parent().unwrap_or(&staging);
@@ -313,10 +334,14 @@ async fn unpublish(
 /// The CSI volumes staged or published on this node, as the Node's `volumesInUse` names them
 /// (`kubernetes.io/csi/<driver>^<handle>`), sorted: the attach/detach controller does not
 /// detach a volume the node reports in use. Read from the vol_data.json files, which are
-/// written before a volume is staged or published and removed after it is undone.
+/// written before a volume is staged or published and removed after it is undone. Inline
+/// volumes are never attached, so upstream leaves them out.
 pub fn in_use(root_dir: &Path) -> Vec<String> {
     let mut found = std::collections::BTreeSet::new();
     let mut add = |d: VolData| {
+        if d.volume_lifecycle_mode == Lifecycle::Ephemeral.as_str() {
+            return;
+        }
         found.insert(format!(
             "kubernetes.io/csi/{}^{}",
             d.driver_name, d.volume_handle
@@ -390,6 +415,12 @@ mod tests {
         write_vol_data(target.parent().unwrap(), &data("h-2")).unwrap();
         let again = target_path(&root.path().join("pods/u2"), "pv-2");
         write_vol_data(again.parent().unwrap(), &data("h-2")).unwrap();
+        let inline = target_path(&root.path().join("pods/u2"), "scratch");
+        let ephemeral = VolData {
+            volume_lifecycle_mode: "Ephemeral".into(),
+            ..data("csi-abc")
+        };
+        write_vol_data(inline.parent().unwrap(), &ephemeral).unwrap();
         assert_eq!(
             in_use(root.path()),
             ["kubernetes.io/csi/d.csi^h-1", "kubernetes.io/csi/d.csi^h-2"]

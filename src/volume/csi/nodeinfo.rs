@@ -24,6 +24,9 @@ pub const MIGRATED_PLUGINS_ANNOTATION: &str = "storage.alpha.kubernetes.io/migra
 const MIGRATED_PLUGINS: &str = "kubernetes.io/aws-ebs,kubernetes.io/azure-disk,\
 kubernetes.io/azure-file,kubernetes.io/cinder,kubernetes.io/gce-pd,\
 kubernetes.io/portworx-volume,kubernetes.io/vsphere-volume";
+/// Bounds each try (its reads and its write) of one update.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Pauses between the tries of one update that lost a race (upstream: 4 tries, factor 5).
 const RETRY_PAUSES: [Duration; 3] = [
     Duration::from_millis(10),
@@ -200,7 +203,12 @@ where
 {
     let mut errors = Vec::new();
     for pause in RETRY_PAUSES.iter().map(Some).chain([None]) {
-        match attempt().await {
+        let tried = tokio::time::timeout(ATTEMPT_TIMEOUT, attempt()).await;
+        match tried.unwrap_or_else(|_| {
+            Err(CsiError::Api(format!(
+                "no answer within {ATTEMPT_TIMEOUT:?}"
+            )))
+        }) {
             Ok(()) => return Ok(()),
             Err(e) => {
                 debug!(err = %e, "{what}");

@@ -38,7 +38,7 @@ pub async fn resolve(
         ))
     };
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
-    let claim = claims.get(claim_name).await.map_err(|e| {
+    let claim = super::read(claims.get(claim_name)).await.map_err(|e| {
         fail(format!(
             "failed to fetch PVC {namespace}/{claim_name} from API server. err={}",
             api_reason(&e)
@@ -46,7 +46,7 @@ pub async fn resolve(
     })?;
     let pv_name = bound_volume(&claim, namespace, claim_name).map_err(&fail)?;
     let pvs: Api<PersistentVolume> = Api::all(client.clone());
-    let pv = pvs.get(&pv_name).await.map_err(|e| {
+    let pv = super::read(pvs.get(&pv_name)).await.map_err(|e| {
         fail(format!(
             "failed to fetch PV {pv_name:?} from API server. err={}",
             api_reason(&e)
@@ -64,9 +64,9 @@ pub async fn resolve(
 }
 
 /// How the API server's refusal reads in Go's client (`persistentvolumeclaims "x" not found`).
-fn api_reason(e: &kube::Error) -> String {
+fn api_reason(e: &super::ReadError) -> String {
     match e {
-        kube::Error::Api(s) => s.message.clone(),
+        super::ReadError::Api(kube::Error::Api(s)) => s.message.clone(),
         other => other.to_string(),
     }
 }

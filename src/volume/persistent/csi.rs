@@ -1,25 +1,42 @@
-//! A CSI PersistentVolume prepared for `volume::csi::mount`, from the objects upstream reads
-//! for it: the driver's CSIDriver object (attachRequired, podInfoOnMount, fsGroupPolicy; its
-//! defaults when there is none), the VolumeAttachment an attach/detach controller and the
-//! driver's attacher mark attached (its metadata is the publish context), and the secrets the
-//! volume names for staging and publishing.
+//! A CSI volume prepared for `volume::csi::mount`, from the objects upstream reads for it: the
+//! driver's CSIDriver object (attachRequired, podInfoOnMount, fsGroupPolicy,
+//! volumeLifecycleModes; its defaults when there is none), the VolumeAttachment an
+//! attach/detach controller and the driver's attacher mark attached (its metadata is the
+//! publish context), and the secrets the volume names for staging and publishing. Either a
+//! PersistentVolume's (`prepare`) or a pod's inline ephemeral volume (`prepare_inline`).
 
 use std::collections::HashMap;
 
-use k8s_openapi::api::core::v1::{Pod, Secret, SecretReference};
+use k8s_openapi::api::core::v1::{CSIVolumeSource, Pod, Secret, SecretReference};
 use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
 use kube::api::Api;
 
 use super::claims::Bound;
 use crate::volume::FailureKind;
 use crate::volume::csi::api::volume_capability::access_mode::Mode;
-use crate::volume::csi::mount::{CsiVolume, attachment_name};
+use crate::volume::csi::mount::{CsiVolume, Lifecycle, attachment_name};
 
 /// The CSIDriver's settings the kubelet acts on.
 struct DriverPolicy {
     attach_required: bool,
     pod_info_on_mount: bool,
     fs_group_policy: String,
+    /// The lifecycle modes the object lists; None when the driver has no CSIDriver object.
+    lifecycle_modes: Option<Vec<String>>,
+}
+
+impl DriverPolicy {
+    /// Whether the fsGroup is applied to a volume of `fs_type` (upstream's supportsFSGroup;
+    /// `read_write_once`: the volume's access modes hold ReadWriteOnce, as an inline volume's
+    /// always do).
+    fn applies_fs_group(&self, fs_type: &str, read_write_once: bool) -> bool {
+        match self.fs_group_policy.as_str() {
+            "File" => true,
+            "None" => false,
+            // ReadWriteOnceWithFSType, the default.
+            _ => !fs_type.is_empty() && read_write_once,
+        }
+    }
 }
 
 /// The volume for `volume::csi::mount`; its `mount_group` is set when the pod's fsGroup is to
@@ -68,16 +85,12 @@ pub async fn prepare(
         .into_iter()
         .collect();
     if policy.pod_info_on_mount {
-        volume_context.extend(pod_info(pod));
+        volume_context.extend(pod_info(pod, Lifecycle::Persistent));
     }
     let access_modes = spec.access_modes.unwrap_or_default();
     let fs_type = source.fs_type.unwrap_or_default();
-    let group_policy_applies = match policy.fs_group_policy.as_str() {
-        "File" => true,
-        "None" => false,
-        // ReadWriteOnceWithFSType, the default.
-        _ => !fs_type.is_empty() && access_modes == ["ReadWriteOnce"],
-    };
+    let group_policy_applies =
+        policy.applies_fs_group(&fs_type, access_modes.iter().any(|m| m == "ReadWriteOnce"));
     let fs_group = super::fs_group(pod).filter(|_| group_policy_applies && !bound.read_only);
     Ok(CsiVolume {
         name: bound.pv.metadata.name.clone().unwrap_or_default(),
@@ -92,17 +105,119 @@ pub async fn prepare(
         stage_secrets,
         publish_secrets,
         mount_group: fs_group,
+        lifecycle: Lifecycle::Persistent,
     })
+}
+
+/// A pod's inline CSI volume (`volumes[].csi`), which the driver must list as an `Ephemeral`
+/// lifecycle mode in its CSIDriver object. Its handle is upstream's, derived from the pod and
+/// the volume's name; it is never staged or attached. `client` is None when standalone, where
+/// no CSIDriver object can be read.
+pub async fn prepare_inline(
+    client: Option<&kube::Client>,
+    pod: &Pod,
+    volume: &str,
+    source: &CSIVolumeSource,
+) -> Result<CsiVolume, (FailureKind, String)> {
+    let new_mounter = |reason: String| (FailureKind::NewMounter, reason);
+    let policy = match client {
+        Some(client) => driver_policy(client, &source.driver)
+            .await
+            .map_err(new_mounter)?,
+        None => DriverPolicy {
+            attach_required: false,
+            pod_info_on_mount: false,
+            fs_group_policy: String::new(),
+            lifecycle_modes: None,
+        },
+    };
+    supports_ephemeral(&source.driver, policy.lifecycle_modes.as_deref()).map_err(new_mounter)?;
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let secret_ref = source
+        .node_publish_secret_ref
+        .as_ref()
+        .map(|r| SecretReference {
+            name: Some(r.name.clone()),
+            namespace: Some(namespace.to_string()),
+        });
+    let publish_secrets = match (client, &secret_ref) {
+        (Some(client), Some(_)) => secrets(client, secret_ref.as_ref(), "NodePublishSecretRef")
+            .await
+            .map_err(|reason| (FailureKind::SetUp, reason))?,
+        _ => HashMap::new(),
+    };
+    let mut volume_context: HashMap<String, String> = source
+        .volume_attributes
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    if policy.pod_info_on_mount {
+        volume_context.extend(pod_info(pod, Lifecycle::Ephemeral));
+    }
+    let fs_type = source.fs_type.clone().unwrap_or_default();
+    let read_only = source.read_only.unwrap_or(false);
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    let fs_group =
+        super::fs_group(pod).filter(|_| policy.applies_fs_group(&fs_type, true) && !read_only);
+    Ok(CsiVolume {
+        name: volume.to_string(),
+        driver: source.driver.clone(),
+        handle: inline_handle(uid, volume),
+        read_only,
+        fs_type,
+        mount_flags: Vec::new(),
+        access_mode: Mode::SingleNodeWriter,
+        volume_context,
+        publish_context: HashMap::new(),
+        stage_secrets: HashMap::new(),
+        publish_secrets,
+        mount_group: fs_group,
+        lifecycle: Lifecycle::Ephemeral,
+    })
+}
+
+/// `csi-<sha256(pod UID + volume name)>`, upstream's handle of an inline volume.
+fn inline_handle(pod_uid: &str, volume: &str) -> String {
+    let digest = ring::digest::digest(
+        &ring::digest::SHA256,
+        format!("{pod_uid}{volume}").as_bytes(),
+    );
+    format!("csi-{}", hex::encode(digest))
+}
+
+/// Whether the driver takes inline volumes, in upstream's words when it does not.
+fn supports_ephemeral(driver: &str, modes: Option<&[String]>) -> Result<(), String> {
+    match modes {
+        None => Err(format!(
+            "volume mode \"Ephemeral\" not supported by driver {driver} (no CSIDriver object)"
+        )),
+        Some(modes) if modes.iter().any(|m| m == "Ephemeral") => Ok(()),
+        Some(modes) => {
+            let quoted: Vec<String> = modes.iter().map(|m| format!("{m:?}")).collect();
+            Err(format!(
+                "volume mode \"Ephemeral\" not supported by driver {driver} (only supports [{}])",
+                quoted.join(" ")
+            ))
+        }
+    }
 }
 
 async fn driver_policy(client: &kube::Client, driver: &str) -> Result<DriverPolicy, String> {
     let drivers: Api<CSIDriver> = Api::all(client.clone());
-    let found = drivers
-        .get_opt(driver)
+    let found = super::read(drivers.get_opt(driver))
         .await
         .map_err(|e| format!("failed to get CSIDriver {driver}: {e}"))?;
+    let lifecycle_modes = found.as_ref().map(|d| {
+        // The API server's default for an object that lists none.
+        d.spec
+            .volume_lifecycle_modes
+            .clone()
+            .unwrap_or_else(|| vec!["Persistent".to_string()])
+    });
     let spec = found.map(|d| d.spec).unwrap_or_default();
     Ok(DriverPolicy {
+        lifecycle_modes,
         // Without a CSIDriver object a driver is taken to need attaching, as upstream does.
         attach_required: spec.attach_required.unwrap_or(true),
         pod_info_on_mount: spec.pod_info_on_mount.unwrap_or(false),
@@ -121,8 +236,7 @@ async fn attached(
 ) -> Result<HashMap<String, String>, String> {
     let name = attachment_name(handle, driver, node);
     let attachments: Api<VolumeAttachment> = Api::all(client.clone());
-    let va = attachments
-        .get(&name)
+    let va = super::read(attachments.get(&name))
         .await
         .map_err(|e| format!("volume {handle} has GET error for volume attachment {name}: {e}"))?;
     let status = va.status.unwrap_or_default();
@@ -152,8 +266,7 @@ async fn secrets(
     let namespace = r.namespace.as_deref().unwrap_or("default");
     let name = r.name.as_deref().unwrap_or_default();
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let secret = api
-        .get(name)
+    let secret = super::read(api.get(name))
         .await
         .map_err(|e| format!("fetching {what} {namespace}/{name} failed: {e}"))?;
     Ok(secret
@@ -165,7 +278,7 @@ async fn secrets(
 }
 
 /// The `csi.storage.k8s.io/*` keys a driver with podInfoOnMount gets.
-fn pod_info(pod: &Pod) -> Vec<(String, String)> {
+fn pod_info(pod: &Pod, lifecycle: Lifecycle) -> Vec<(String, String)> {
     let m = &pod.metadata;
     let sa = pod
         .spec
@@ -177,7 +290,7 @@ fn pod_info(pod: &Pod) -> Vec<(String, String)> {
         ("pod.namespace", m.namespace.clone().unwrap_or_default()),
         ("pod.uid", m.uid.clone().unwrap_or_default()),
         ("serviceAccount.name", sa),
-        ("ephemeral", "false".to_string()),
+        ("ephemeral", (lifecycle == Lifecycle::Ephemeral).to_string()),
     ]
     .into_iter()
     .map(|(k, v)| (format!("csi.storage.k8s.io/{k}"), v))
@@ -204,7 +317,8 @@ mod tests {
         pod.metadata.name = Some("web".into());
         pod.metadata.namespace = Some("shop".into());
         pod.metadata.uid = Some("u-1".into());
-        let info: HashMap<String, String> = pod_info(&pod).into_iter().collect();
+        let info: HashMap<String, String> =
+            pod_info(&pod, Lifecycle::Persistent).into_iter().collect();
         assert_eq!(info["csi.storage.k8s.io/pod.name"], "web");
         assert_eq!(info["csi.storage.k8s.io/pod.namespace"], "shop");
         assert_eq!(info["csi.storage.k8s.io/pod.uid"], "u-1");
@@ -224,5 +338,37 @@ mod tests {
             Mode::MultiNodeMultiWriter
         );
         assert_eq!(access_mode(&[]), Mode::SingleNodeWriter);
+    }
+
+    #[test]
+    fn inline_volumes_need_a_driver_that_lists_them() {
+        // sha256("u-1" + "scratch"), as upstream names the volume to its driver.
+        let handle = inline_handle("u-1", "scratch");
+        assert!(
+            handle.starts_with("csi-") && handle.len() == 4 + 64,
+            "{handle}"
+        );
+        assert_ne!(handle, inline_handle("u-2", "scratch"));
+        assert_eq!(
+            supports_ephemeral("d.csi", None).unwrap_err(),
+            r#"volume mode "Ephemeral" not supported by driver d.csi (no CSIDriver object)"#
+        );
+        let modes = |m: &[&str]| m.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            supports_ephemeral("d.csi", Some(&modes(&["Persistent"]))).unwrap_err(),
+            r#"volume mode "Ephemeral" not supported by driver d.csi (only supports ["Persistent"])"#
+        );
+        assert!(supports_ephemeral("d.csi", Some(&modes(&["Persistent", "Ephemeral"]))).is_ok());
+        let policy = |p: &str| DriverPolicy {
+            attach_required: false,
+            pod_info_on_mount: false,
+            fs_group_policy: p.to_string(),
+            lifecycle_modes: None,
+        };
+        assert!(policy("ReadWriteOnceWithFSType").applies_fs_group("ext4", true));
+        assert!(!policy("ReadWriteOnceWithFSType").applies_fs_group("", true));
+        assert!(!policy("ReadWriteOnceWithFSType").applies_fs_group("ext4", false));
+        assert!(policy("File").applies_fs_group("", false));
+        assert!(!policy("None").applies_fs_group("ext4", true));
     }
 }

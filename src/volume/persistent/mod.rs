@@ -13,6 +13,29 @@ use k8s_openapi::api::core::v1::{
 
 use super::FailureKind;
 
+/// Bounds each API read of a volume's preparation: a slow API server fails this sync's setup
+/// (the next sync tries again) rather than holding the pod's sync for the client's long read
+/// timeout.
+const READ_TIMEOUT: std::time::Duration = crate::podinputs::FETCH_TIMEOUT;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+    #[error("no answer from the API server within {0:?}")]
+    TimedOut(std::time::Duration),
+}
+
+/// One API read within [`READ_TIMEOUT`].
+pub(crate) async fn read<T>(
+    request: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, ReadError> {
+    match tokio::time::timeout(READ_TIMEOUT, request).await {
+        Ok(answer) => Ok(answer?),
+        Err(_) => Err(ReadError::TimedOut(READ_TIMEOUT)),
+    }
+}
+
 /// A claim's volume, ready for its plugin, or why it is not.
 pub enum Resolved {
     HostPath {
@@ -139,8 +162,7 @@ async fn check_node_affinity(
         .and_then(|s| s.node_name.as_deref())
         .unwrap_or_default();
     let nodes: kube::Api<Node> = kube::Api::all(client.clone());
-    let node = nodes
-        .get(node_name)
+    let node = read(nodes.get(node_name))
         .await
         .map_err(|e| format!("error getting node {node_name:?}: {e}"))?;
     let labels = node.metadata.labels.unwrap_or_default();
