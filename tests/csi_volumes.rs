@@ -7,7 +7,8 @@
 //! driver that needs attaching waits for the VolumeAttachment to be attached and passes its
 //! metadata on. The node reports a published volume in `volumesInUse`. A pod deleted while
 //! the kubelet was killed has its volume unpublished after the restart, from what the kubelet
-//! left on disk. An inline (ephemeral) CSI volume is published for its pod alone under
+//! left on disk. A published volume's usage comes from the driver's NodeGetVolumeStats into
+//! the Summary (with its claim) and kubelet_volume_stats_*. An inline (ephemeral) CSI volume is published for its pod alone under
 //! upstream's derived handle, never staged nor reported in use, and unpublished with the pod;
 //! a driver whose CSIDriver object does not list the Ephemeral mode is refused with
 //! upstream's event.
@@ -305,6 +306,40 @@ async fn csi_volumes_are_staged_published_and_torn_down() {
         node.status?.volumes_in_use?.contains(&in_use).then_some(())
     })
     .await;
+    // Its usage, from the driver's NodeGetVolumeStats, names the claim in the Summary and in
+    // kubelet_volume_stats_*.
+    let summary = wait_for(Duration::from_secs(60), "the volume's stats", || {
+        let (code, body) = http_get(k.ro_port, "/stats/summary")?;
+        let s: serde_json::Value = serde_json::from_str(&body).ok().filter(|_| code == 200)?;
+        let pod = s["pods"]
+            .as_array()?
+            .iter()
+            .find(|p| p["podRef"]["name"] == SURVIVOR)?;
+        let volumes = pod["volume"].as_array()?;
+        volumes.iter().find(|v| v["name"] == "data").cloned()
+    });
+    assert_eq!(
+        summary["pvcRef"],
+        json!({"name": CLAIM, "namespace": "default"})
+    );
+    assert!(
+        summary["capacityBytes"].as_u64().is_some_and(|n| n > 0),
+        "{summary}"
+    );
+    assert!(summary["inodesUsed"].as_u64().is_some(), "{summary}");
+    let (code, metrics) = http_get(k.ro_port, "/metrics").expect("/metrics");
+    assert_eq!(code, 200);
+    for family in [
+        "capacity_bytes",
+        "available_bytes",
+        "used_bytes",
+        "inodes_free",
+    ] {
+        let series = format!(
+            "kubelet_volume_stats_{family}{{namespace=\"default\",persistentvolumeclaim=\"{CLAIM}\"}} "
+        );
+        assert!(metrics.contains(&series), "no {series} in /metrics");
+    }
     k.kill();
     delete_now(&pods, &[SURVIVOR]).await;
     let before = driver.calls().len();

@@ -4,7 +4,10 @@
 //! bound yet holds the pod in ContainerCreating with upstream's FailedMount event until it is.
 //! A local PersistentVolume is bind-mounted into the pod's folder and given to its fsGroup,
 //! refused with upstream's NodeAffinity event when pinned to another node, and unmounted when
-//! the pod goes, its data left in place.
+//! the pod goes, its data left in place. A generic ephemeral volume is the claim the API
+//! server's ephemeral volume controller makes for the pod (the bed's control plane enables
+//! the v1.20 GenericEphemeralVolume gate); a claim of that name the pod does not own is
+//! refused with upstream's message.
 
 mod common;
 
@@ -262,6 +265,124 @@ async fn local_volumes_are_bind_mounted_for_their_node_only() {
         &client,
         &[LOCAL_CLAIM, ELSEWHERE_CLAIM],
         &[LOCAL_PV, ELSEWHERE_PV],
+    )
+    .await;
+    k.cleanup();
+}
+
+const EPHEMERAL_NODE: &str = "krs-pv-ephemeral-node";
+const EPHEMERAL_POD: &str = "krs-pv-ephemeral";
+const EPHEMERAL_PV: &str = "krs-pv-ephemeral-vol";
+const IMPOSTOR_POD: &str = "krs-pv-impostor";
+const IMPOSTOR_PV: &str = "krs-pv-impostor-vol";
+
+/// A pod on EPHEMERAL_NODE whose "scratch" volume is a generic ephemeral one: its claim is
+/// `<name>-scratch`.
+fn ephemeral_pod(name: &str, script: &str) -> Pod {
+    api_pod(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": EPHEMERAL_NODE,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "main",
+                "image": BUSYBOX,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", script],
+                "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+            }],
+            "volumes": [{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "",
+                "resources": {"requests": {"storage": "1Mi"}},
+            }}}}],
+        },
+    }))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::await_holding_lock)]
+async fn generic_ephemeral_volumes_are_the_claims_their_pods_own() {
+    // Kubelets sharing one containerd remove each other's pods.
+    let _guard = serial();
+    let (client, pods) = default_pods(&[EPHEMERAL_POD, IMPOSTOR_POD]).await;
+    let claim_name = format!("{EPHEMERAL_POD}-scratch");
+    let impostor_claim = format!("{IMPOSTOR_POD}-scratch");
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    remove_claims_and_volumes(
+        &client,
+        &[&claim_name, &impostor_claim],
+        &[EPHEMERAL_PV, IMPOSTOR_PV],
+    )
+    .await;
+    let host = tempfile::tempdir().unwrap();
+    let host_path = host.path().to_string_lossy().to_string();
+    // Reserved for the claim the controller will make, so the binder binds the two.
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let post = PostParams::default();
+    pvs.create(&post, &host_pv(EPHEMERAL_PV, &host_path, &claim_name))
+        .await
+        .unwrap();
+    let mut k = Kubelet::new("persistent-ephemeral");
+    k.start_as_node(EPHEMERAL_NODE, &["--sync-frequency=10s"]);
+
+    let pod = ephemeral_pod(
+        EPHEMERAL_POD,
+        "echo hi > /scratch/by-pod && echo written > /dev/termination-log",
+    );
+    let uid = create_pod(&pods, &pod).await;
+    assert_eq!(
+        terminated(&pods, EPHEMERAL_POD).await,
+        "0 written",
+        "{}",
+        tail(&k.log(), 60)
+    );
+    assert_eq!(
+        std::fs::read_to_string(host.path().join("by-pod")).unwrap(),
+        "hi\n"
+    );
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    let made = claims.get(&claim_name).await.unwrap();
+    let owner = made.metadata.owner_references.unwrap_or_default();
+    assert!(owner.iter().any(|o| o.uid == uid), "{owner:?}");
+
+    // A claim of the pod's volume's name that the pod does not own is not its volume.
+    create_bound(
+        &client,
+        &host_pv(IMPOSTOR_PV, &host_path, &impostor_claim),
+        &impostor_claim,
+    )
+    .await;
+    create_pod(&pods, &ephemeral_pod(IMPOSTOR_POD, "true")).await;
+    let expected = format!(
+        "Unable to attach or mount volumes: unmounted volumes=[scratch], unattached volumes=[], failed to process volumes=[scratch]: error processing PVC default/{impostor_claim}: not the ephemeral PVC for the pod"
+    );
+    let message = wait_async(Duration::from_secs(60), "the FailedMount event", || async {
+        let list = events
+            .list(&ListParams::default().fields(&format!("involvedObject.name={IMPOSTOR_POD}")))
+            .await
+            .ok()?;
+        list.items
+            .into_iter()
+            .filter_map(|e| e.message)
+            .find(|m| m.starts_with(&expected))
+    })
+    .await;
+    assert!(message.starts_with(&expected), "{message}");
+    let p = pods.get(IMPOSTOR_POD).await.unwrap();
+    assert_eq!(waiting_reason(&p).as_deref(), Some("ContainerCreating"));
+
+    delete_now(&pods, &[EPHEMERAL_POD, IMPOSTOR_POD]).await;
+    wait_for(
+        Duration::from_secs(30),
+        "no mount under the root dir",
+        || mounts_under(&k.root_dir).is_empty().then_some(()),
+    );
+    remove_claims_and_volumes(
+        &client,
+        &[&claim_name, &impostor_claim],
+        &[EPHEMERAL_PV, IMPOSTOR_PV],
     )
     .await;
     k.cleanup();

@@ -231,8 +231,9 @@ args_kube_apiserver() {
 		--enable-admission-plugins=NodeRestriction
 		--enable-bootstrap-token-auth=true
 		--allow-privileged=true
-		# pods/ephemeralcontainers (kubectl debug) is alpha in v1.20.
-		--feature-gates=EphemeralContainers=true
+		# pods/ephemeralcontainers (kubectl debug) and generic ephemeral volumes are alpha in
+		# v1.20.
+		--feature-gates=EphemeralContainers=true,GenericEphemeralVolume=true
 		--service-cluster-ip-range="$KRS_CL_SERVICE_CIDR"
 		--service-account-issuer="https://kubernetes.default.svc.$KRS_CL_DNS_DOMAIN"
 		--service-account-key-file="$CL_PKI/sa.pub"
@@ -284,12 +285,16 @@ args_kube_controller_manager() {
 		--service-account-private-key-file="$CL_PKI/sa.key"
 		--service-cluster-ip-range="$KRS_CL_SERVICE_CIDR"
 		--use-service-account-credentials=true
+		# The ephemeral volume controller makes the claims of generic ephemeral volumes.
+		--feature-gates=GenericEphemeralVolume=true
 	)
 }
 
 args_kube_scheduler() {
 	BIN="$(krs_upstream_bin kube-scheduler)"
 	component_args "$CL_SCHED_CONF" "$CL_SCHEDULER_PORT" "$CL_STATE/scheduler-serving"
+	# A pod with a generic ephemeral volume waits for its claim before it is scheduled.
+	ARGS+=(--feature-gates=GenericEphemeralVolume=true)
 }
 
 # --- processes ---------------------------------------------------------------------------------

@@ -60,10 +60,15 @@ pub(super) fn spawn(
     let pod_logs_dir = std::path::PathBuf::from(&settings.config.pod_logs_dir);
     // KubeletPSI is beta and on by default in upstream v1.34.
     let psi = settings.config.feature_gates.get("KubeletPSI").copied();
+    let claimed = crate::stats::ClaimedVolumes {
+        volumes: volumes.in_place(),
+        drivers: volumes.csi_drivers(),
+    };
     let stats = Arc::new(
         stats
             .with_pod_logs_dir(pod_logs_dir)
-            .with_psi(psi.unwrap_or(true)),
+            .with_psi(psi.unwrap_or(true))
+            .with_claimed_volumes(claimed),
     );
     let allocatable_settings = AllocatableSettings::from(settings);
     let (facts, node_name) = (&core.host.facts, core.node_name.clone());

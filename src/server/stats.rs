@@ -57,8 +57,9 @@ async fn summary(
     }
 }
 
-async fn kubelet_metrics() -> Response {
-    metrics_text(crate::stats::exposition::kubelet_metrics())
+async fn kubelet_metrics(State(state): State<ServerState>) -> Response {
+    let claimed = state.stats.claimed_volumes().await;
+    metrics_text(crate::stats::exposition::kubelet_metrics(&claimed))
 }
 
 async fn resource_metrics(State(state): State<ServerState>) -> Response {

@@ -33,6 +33,17 @@ pub struct FsView {
     pub volumes: HashMap<String, Vec<VolumeReading>>,
     /// The kubelet-managed /etc/hosts per pod UID.
     pub etc_hosts: HashMap<String, DiskUsage>,
+    /// Claim and inline CSI volumes per pod UID.
+    pub claimed: HashMap<String, Vec<ClaimedReading>>,
+}
+
+/// A claim or inline CSI volume, as its plugin measures it.
+#[derive(Clone, Debug)]
+pub struct ClaimedReading {
+    pub name: String,
+    /// The claim (namespace, name) behind it.
+    pub claim: Option<(String, String)>,
+    pub stats: crate::volume::csi::client::VolumeStats,
 }
 
 #[derive(Clone, Debug)]
@@ -402,23 +413,43 @@ fn pod_volumes(inp: &Inputs, uid: &str) -> Vec<VolumeStats> {
     let Some(fs) = inp.fs else {
         return Vec::new();
     };
-    fs.volumes
+    let local = fs
+        .volumes
         .get(uid)
-        .map(|vs| {
-            vs.iter()
-                .map(|v| VolumeStats {
-                    fs: fs_stats(
-                        Time(fs.at),
-                        Some(&v.fs),
-                        Some(v.usage.bytes),
-                        Some(v.usage.inodes),
-                    ),
-                    name: v.name.clone(),
-                    pvc_ref: None,
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+        .into_iter()
+        .flatten()
+        .map(|v| VolumeStats {
+            fs: fs_stats(
+                Time(fs.at),
+                Some(&v.fs),
+                Some(v.usage.bytes),
+                Some(v.usage.inodes),
+            ),
+            name: v.name.clone(),
+            pvc_ref: None,
+        });
+    let claimed = fs
+        .claimed
+        .get(uid)
+        .into_iter()
+        .flatten()
+        .map(|v| VolumeStats {
+            fs: FsStats {
+                time: Time(fs.at),
+                available_bytes: v.stats.available_bytes,
+                capacity_bytes: v.stats.capacity_bytes,
+                used_bytes: v.stats.used_bytes,
+                inodes_free: v.stats.inodes_free,
+                inodes: v.stats.inodes,
+                inodes_used: v.stats.inodes_used,
+            },
+            name: v.name.clone(),
+            pvc_ref: v
+                .claim
+                .clone()
+                .map(|(namespace, name)| PvcReference { name, namespace }),
+        });
+    local.chain(claimed).collect()
 }
 
 /// Like upstream: container writable layers and logs, disk-backed ephemeral volumes and the

@@ -194,6 +194,18 @@ fn fs_view() -> FsView {
                 inodes: 1,
             },
         )]),
+        claimed: HashMap::from([(
+            "uid1".to_string(),
+            vec![ClaimedReading {
+                name: "db".into(),
+                claim: Some(("shop".into(), "db-claim".into())),
+                stats: crate::volume::csi::client::VolumeStats {
+                    capacity_bytes: Some(5000),
+                    used_bytes: Some(700),
+                    ..Default::default()
+                },
+            }],
+        )]),
     }
 }
 
@@ -295,7 +307,22 @@ fn full_summary_takes_each_number_from_its_source() {
     );
     assert_eq!(c.logs.as_ref().unwrap().used_bytes, Some(10));
 
-    assert_eq!(pod.volume_stats.len(), 2);
+    assert_eq!(pod.volume_stats.len(), 3);
+    // A claim's volume names its claim and does not count as ephemeral storage.
+    let db = &pod.volume_stats[2];
+    assert_eq!(db.name, "db");
+    assert_eq!(
+        db.pvc_ref,
+        Some(PvcReference {
+            name: "db-claim".into(),
+            namespace: "shop".into()
+        })
+    );
+    assert_eq!(
+        (db.fs.capacity_bytes, db.fs.used_bytes),
+        (Some(5000), Some(700))
+    );
+    assert!(pod.volume_stats[..2].iter().all(|v| v.pvc_ref.is_none()));
     let eph = pod.ephemeral_storage.as_ref().unwrap();
     // rootfs 100 + logs 10 + ephemeral volume 1000 + etc-hosts 4096; the secret-like one is not.
     assert_eq!(eph.used_bytes, Some(100 + 10 + 1000 + 4096));

@@ -14,8 +14,10 @@ use tracing::{debug, info};
 use crate::cm::layout::Layout;
 use crate::cri::api;
 use crate::pod::paths;
+use crate::volume::csi::client::VolumeStats;
+use crate::volume::in_place::{MeasuredBy, PodVolume};
 
-use super::assemble::{self, Collected, FsView, Inputs, Rates, VolumeReading};
+use super::assemble::{self, ClaimedReading, Collected, FsView, Inputs, Rates, VolumeReading};
 use super::fs::FsInfo;
 use super::local::{self, LocalRequest, LocalSample};
 use super::runtime::{self, RuntimeView};
@@ -277,7 +279,70 @@ impl StatsProvider {
             logs: self.log_usage(view).await,
             volumes: self.volume_usage(view, pods).await,
             etc_hosts: self.etc_hosts_usage(view).await,
+            claimed: self.claimed_usage(view).await,
         }
+    }
+
+    /// The running pods' claim and inline CSI volumes, by pod UID.
+    async fn claimed_usage(&self, view: &RuntimeView) -> HashMap<String, Vec<ClaimedReading>> {
+        let running: HashSet<&str> = view.sandboxes.iter().map(uid_of).collect();
+        let mut out: HashMap<String, Vec<ClaimedReading>> = HashMap::new();
+        for (uid, reading) in self.measure_claimed(Some(&running)).await {
+            out.entry(uid).or_default().push(reading);
+        }
+        out
+    }
+
+    /// Every pod's claim and inline CSI volumes, for `kubelet_volume_stats_*`.
+    pub async fn claimed_volumes(&self) -> Vec<ClaimedReading> {
+        let measured = self.measure_claimed(None).await;
+        measured.into_iter().map(|(_, r)| r).collect()
+    }
+
+    /// The claim and inline CSI volumes of the pods in `pods` (all when None), each as
+    /// upstream's plugin of its kind measures it: statfs of a local volume, NodeGetVolumeStats
+    /// of a CSI one; a volume that cannot be measured is left out.
+    async fn measure_claimed(&self, pods: Option<&HashSet<&str>>) -> Vec<(String, ClaimedReading)> {
+        let Some(claimed) = &self.claimed else {
+            return Vec::new();
+        };
+        let wanted: Vec<PodVolume> = claimed
+            .volumes
+            .all()
+            .into_iter()
+            .filter(|v| pods.is_none_or(|p| p.contains(v.pod_uid.as_str())))
+            .collect();
+        let read = join_all(wanted.iter().map(|v| async move {
+            let path = &v.in_place.path;
+            match &v.in_place.measured_by {
+                MeasuredBy::Nothing => None,
+                MeasuredBy::StatFs => self.statvfs(path).await.map(|i| VolumeStats {
+                    available_bytes: Some(i.available),
+                    capacity_bytes: Some(i.capacity),
+                    used_bytes: Some(i.used),
+                    inodes_free: Some(i.inodes_free),
+                    inodes: Some(i.inodes),
+                    inodes_used: Some(i.inodes.saturating_sub(i.inodes_free)),
+                }),
+                MeasuredBy::Csi { driver, handle } => {
+                    let drivers = claimed.drivers.as_deref()?;
+                    crate::volume::csi::usage::volume_stats(drivers, driver, handle, path).await
+                }
+            }
+        }))
+        .await;
+        wanted
+            .into_iter()
+            .zip(read)
+            .filter_map(|(v, stats)| {
+                let reading = ClaimedReading {
+                    name: v.volume,
+                    claim: v.in_place.claim,
+                    stats: stats?,
+                };
+                Some((v.pod_uid, reading))
+            })
+            .collect()
     }
 
     async fn statvfs(&self, path: &Path) -> Option<FsInfo> {

@@ -88,6 +88,15 @@ pub struct StatsProvider {
     no_sandbox_stats: AtomicBool,
     /// Pressure stall information on cgroup v2 (upstream's KubeletPSI gate).
     psi: bool,
+    /// The pods' claim and inline CSI volumes, and the drivers that measure CSI ones.
+    claimed: Option<ClaimedVolumes>,
+}
+
+/// Where the claim and inline CSI volumes the volume manager set up are read from.
+#[derive(Clone)]
+pub struct ClaimedVolumes {
+    pub volumes: std::sync::Arc<crate::volume::in_place::InPlaceVolumes>,
+    pub drivers: Option<std::sync::Arc<crate::volume::csi::Drivers>>,
 }
 
 impl StatsProvider {
@@ -112,7 +121,14 @@ impl StatsProvider {
             pids: Mutex::default(),
             no_sandbox_stats: AtomicBool::new(false),
             psi: true,
+            claimed: None,
         }
+    }
+
+    /// Measures the pods' claim and inline CSI volumes too (`volumeStats` with `pvcRef`).
+    pub fn with_claimed_volumes(mut self, claimed: ClaimedVolumes) -> Self {
+        self.claimed = Some(claimed);
+        self
     }
 
     /// Leaves out pressure stall information (`featureGates: {KubeletPSI: false}`).

@@ -15,11 +15,12 @@ pub mod empty_dir;
 pub mod etc_hosts;
 pub mod host_path;
 pub mod image;
+pub mod in_place;
 pub mod mounts;
 pub mod ownership;
 pub mod persistent;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -32,6 +33,7 @@ use crate::podinputs::PodInputSource;
 use crate::quantity::parse_bytes;
 use atomic_writer::{FileEntry, Ownership};
 use empty_dir::Medium;
+use in_place::{InPlace, InPlaceVolumes, MeasuredBy};
 
 /// Each volume plugin's folder under `<pod>/volumes/`, upstream's names.
 pub const EMPTY_DIR: &str = "kubernetes.io~empty-dir";
@@ -348,6 +350,27 @@ fn apply(pod_dir: &Path, plans: Vec<(String, Plan)>, own: Ownership) -> Applied 
     out
 }
 
+/// A volume's claim (namespace, name), if any, and how its usage is read.
+type Measured = (Option<(String, String)>, MeasuredBy);
+
+/// How the stats provider reads a claim's volume, as upstream's plugin of its kind does.
+fn measured_by(resolved: &persistent::Resolved) -> MeasuredBy {
+    match resolved {
+        persistent::Resolved::Local(_) => MeasuredBy::StatFs,
+        persistent::Resolved::Csi(vol) => csi_measured(vol),
+        persistent::Resolved::HostPath { .. } | persistent::Resolved::Failed { .. } => {
+            MeasuredBy::Nothing
+        }
+    }
+}
+
+fn csi_measured(vol: &csi::mount::CsiVolume) -> MeasuredBy {
+    MeasuredBy::Csi {
+        driver: vol.driver.clone(),
+        handle: vol.handle.clone(),
+    }
+}
+
 fn has_copy(dir: &Path) -> bool {
     dir.join("..data").exists()
 }
@@ -391,17 +414,8 @@ pub struct VolumeManager {
     /// The registered CSI drivers and this node's name, once the plugin manager runs.
     csi_drivers: Option<Arc<csi::Drivers>>,
     node_name: String,
-    /// The claim and inline CSI volumes set up for each pod (by UID): as upstream's desired
-    /// state, such a volume is resolved and mounted once per pod, so later syncs send no
-    /// request for it.
-    in_place: std::sync::Mutex<HashMap<String, BTreeMap<String, InPlace>>>,
-}
-
-/// A volume set up once for a pod: where its containers mount it from, and how.
-#[derive(Clone, Debug)]
-struct InPlace {
-    path: PathBuf,
-    read_only: bool,
+    /// The claim and inline CSI volumes set up for each pod, which later syncs reuse.
+    in_place: Arc<InPlaceVolumes>,
 }
 
 impl VolumeManager {
@@ -419,7 +433,7 @@ impl VolumeManager {
             runtime: None,
             csi_drivers: None,
             node_name: String::new(),
-            in_place: Default::default(),
+            in_place: Arc::default(),
         }
     }
 
@@ -433,6 +447,16 @@ impl VolumeManager {
     pub fn with_runtime(mut self, runtime: image::RuntimeVersion) -> Self {
         self.runtime = Some(runtime);
         self
+    }
+
+    /// The claim and inline CSI volumes set up for the pods, for the stats provider.
+    pub fn in_place(&self) -> Arc<InPlaceVolumes> {
+        self.in_place.clone()
+    }
+
+    /// The registered CSI drivers, once the plugin manager runs.
+    pub fn csi_drivers(&self) -> Option<Arc<csi::Drivers>> {
+        self.csi_drivers.clone()
     }
 
     pub fn pod_dir(&self, uid: &str) -> PathBuf {
@@ -449,9 +473,11 @@ impl VolumeManager {
         let mut csi_volumes = Vec::new();
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         let pod_dir = self.pod_dir(uid);
-        let in_place = self.set_up_before(uid);
-        // The claim and inline CSI volumes, which are set up once per pod.
-        let mut once = Vec::new();
+        let in_place = self.in_place.pod(uid);
+        // The claim and inline CSI volumes, which are set up once per pod: their claims and
+        // how they are measured.
+        let mut once = BTreeMap::new();
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
         // The pod cgroup's memory limit, which bounds its tmpfs volumes as upstream's.
         let pod_memory_limit = pod.spec.as_ref().and_then(|s| {
             crate::cm::resources::pod_resources(s, &Default::default())
@@ -469,12 +495,16 @@ impl VolumeManager {
                     kind: hp.type_.clone().unwrap_or_default(),
                     read_only: false,
                 }
-            } else if let Some(claim) = &v.persistent_volume_claim {
-                once.push(v.name.clone());
+            } else if let Some(claim) = persistent::claims::ClaimRef::of(pod, v) {
                 if in_place.contains_key(&v.name) {
+                    once.insert(v.name.clone(), None);
                     continue;
                 }
-                match persistent::resolve(self.inputs.client(), pod, &v.name, claim).await {
+                let resolved =
+                    persistent::resolve(self.inputs.client(), pod, &v.name, &claim).await;
+                let claim = (namespace.to_string(), claim.source.claim_name);
+                once.insert(v.name.clone(), Some((Some(claim), measured_by(&resolved))));
+                match resolved {
                     persistent::Resolved::Csi(vol) if self.csi_drivers.is_some() => {
                         csi_volumes.push((v.name.clone(), *vol));
                         continue;
@@ -482,12 +512,16 @@ impl VolumeManager {
                     other => Plan::Resolved(other),
                 }
             } else if let Some(source) = &v.csi {
-                once.push(v.name.clone());
                 if in_place.contains_key(&v.name) {
+                    once.insert(v.name.clone(), None);
                     continue;
                 }
                 let client = self.inputs.client();
-                match persistent::csi::prepare_inline(client, pod, &v.name, source).await {
+                let prepared = persistent::csi::prepare_inline(client, pod, &v.name, source).await;
+                if let Ok(vol) = &prepared {
+                    once.insert(v.name.clone(), Some((None, csi_measured(vol))));
+                }
+                match prepared {
                     Ok(vol) if self.csi_drivers.is_some() => {
                         csi_volumes.push((v.name.clone(), vol));
                         continue;
@@ -571,7 +605,7 @@ impl VolumeManager {
                     .await;
             }
         }
-        self.keep_in_place(uid, &once, &in_place, &mut applied);
+        self.keep_in_place(uid, once, &in_place, &mut applied);
         let mut first_blocking = None;
         for f in applied.failures {
             let err = match f.kind.step() {
@@ -605,47 +639,40 @@ impl VolumeManager {
         }
     }
 
-    fn set_up_before(&self, uid: &str) -> BTreeMap<String, InPlace> {
-        let kept = self.in_place.lock().unwrap_or_else(|e| e.into_inner());
-        kept.get(uid).cloned().unwrap_or_default()
-    }
-
-    /// Gives the pod the volumes of `once` set up on an earlier sync, and remembers those this
-    /// sync set up.
+    /// Gives the pod the volumes of `once` set up on an earlier sync, and records those this
+    /// sync set up (`once` holds their claims and how they are measured).
     fn keep_in_place(
         &self,
         uid: &str,
-        once: &[String],
+        once: BTreeMap<String, Option<Measured>>,
         in_place: &BTreeMap<String, InPlace>,
         applied: &mut Applied,
     ) {
         let mut set_up = BTreeMap::new();
-        for name in once {
-            if let Some(kept) = in_place.get(name) {
-                applied.volumes.insert(name, kept.path.clone());
+        for (name, how) in once {
+            if let Some(kept) = in_place.get(&name) {
+                applied.volumes.insert(&name, kept.path.clone());
                 if kept.read_only {
-                    applied.volumes.set_read_only(name);
+                    applied.volumes.set_read_only(&name);
                 }
                 continue;
             }
-            if let Some(path) = applied.volumes.path(name) {
+            if let (Some(path), Some((claim, measured_by))) = (applied.volumes.path(&name), how) {
                 let kept = InPlace {
                     path: path.to_path_buf(),
-                    read_only: applied.volumes.read_only(name),
+                    read_only: applied.volumes.read_only(&name),
+                    claim,
+                    measured_by,
                 };
-                set_up.insert(name.clone(), kept);
+                set_up.insert(name, kept);
             }
         }
-        if !set_up.is_empty() {
-            let mut kept = self.in_place.lock().unwrap_or_else(|e| e.into_inner());
-            kept.entry(uid.to_string()).or_default().extend(set_up);
-        }
+        self.in_place.add(uid, set_up);
     }
 
     fn forget_pod(&self, uid: &str) {
         self.inputs.forget_pod(uid);
-        let mut kept = self.in_place.lock().unwrap_or_else(|e| e.into_inner());
-        kept.remove(uid);
+        self.in_place.forget(uid);
     }
 
     /// Stages and publishes one CSI volume, then gives it to the fsGroup when the driver's

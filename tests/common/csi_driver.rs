@@ -206,21 +206,48 @@ impl csi::identity_server::Identity for Driver {
 
 #[tonic::async_trait]
 impl csi::node_server::Node for Driver {
+    /// The statfs of the published volume, as a driver of a filesystem volume answers.
+    async fn node_get_volume_stats(
+        &self,
+        req: Request<csi::NodeGetVolumeStatsRequest>,
+    ) -> Result<Response<csi::NodeGetVolumeStatsResponse>, Status> {
+        use csi::volume_usage::Unit;
+        let r = req.into_inner();
+        let fs = rustix::fs::statvfs(r.volume_path.as_str())
+            .map_err(|e| Status::not_found(format!("statfs {}: {e}", r.volume_path)))?;
+        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let usage = vec![
+            csi::VolumeUsage {
+                available: n(fs.f_bavail * fs.f_frsize),
+                total: n(fs.f_blocks * fs.f_frsize),
+                used: n((fs.f_blocks - fs.f_bfree) * fs.f_frsize),
+                unit: Unit::Bytes as i32,
+            },
+            csi::VolumeUsage {
+                available: n(fs.f_ffree),
+                total: n(fs.f_files),
+                used: n(fs.f_files - fs.f_ffree),
+                unit: Unit::Inodes as i32,
+            },
+        ];
+        Ok(Response::new(csi::NodeGetVolumeStatsResponse {
+            usage,
+            volume_condition: None,
+        }))
+    }
+
     async fn node_get_capabilities(
         &self,
         _: Request<csi::NodeGetCapabilitiesRequest>,
     ) -> Result<Response<csi::NodeGetCapabilitiesResponse>, Status> {
         use csi::node_service_capability::{Rpc, Type, rpc::Type as RpcType};
-        let capabilities = self
-            .opts
-            .stage
-            .then(|| csi::NodeServiceCapability {
-                r#type: Some(Type::Rpc(Rpc {
-                    r#type: RpcType::StageUnstageVolume as i32,
-                })),
-            })
-            .into_iter()
-            .collect();
+        let rpc = |t: RpcType| csi::NodeServiceCapability {
+            r#type: Some(Type::Rpc(Rpc { r#type: t as i32 })),
+        };
+        let mut capabilities = vec![rpc(RpcType::GetVolumeStats)];
+        if self.opts.stage {
+            capabilities.push(rpc(RpcType::StageUnstageVolume));
+        }
         Ok(Response::new(csi::NodeGetCapabilitiesResponse {
             capabilities,
         }))

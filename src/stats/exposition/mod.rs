@@ -4,10 +4,15 @@
 pub mod cadvisor;
 pub mod process;
 pub mod resource;
+pub mod volumes;
 
-/// /metrics: the kubelet families and this process's basics.
-pub fn kubelet_metrics() -> String {
-    crate::metrics::render(process::families())
+use super::assemble::ClaimedReading;
+
+/// /metrics: the kubelet families, the claims' volume usage and this process's basics.
+pub fn kubelet_metrics(claimed: &[ClaimedReading]) -> String {
+    let mut extra = process::families();
+    extra.extend(volumes::families(claimed));
+    crate::metrics::render(extra)
 }
 
 /// Moved from the metrics module: the /metrics text is composed here now.
@@ -18,7 +23,7 @@ mod tests {
     #[test]
     fn metrics_text_has_the_families_with_types() {
         crate::metrics::kubelet().node_name.set(&["test-node"], 1.0);
-        let text = kubelet_metrics();
+        let text = kubelet_metrics(&[]);
         for line in [
             "# TYPE kubelet_running_pods gauge",
             "# HELP kubelet_running_pods [ALPHA] Number of pods that have a running pod sandbox",

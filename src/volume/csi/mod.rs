@@ -10,6 +10,7 @@ pub mod drivers;
 pub mod mount;
 pub mod nodeinfo;
 pub mod registration;
+pub mod usage;
 mod version;
 
 pub use drivers::Drivers;

@@ -2,12 +2,53 @@
 //! the checks and messages of upstream's desired-state populator: the claim must exist, not
 //! be going away, be Bound to a named volume, and that volume's claimRef must name the claim;
 //! the volume's mode must match how the containers use it (volumeMounts need Filesystem,
-//! volumeDevices need Block).
+//! volumeDevices need Block). A generic ephemeral volume (`volumes[].ephemeral`) is the claim
+//! `<pod>-<volume>` that the ephemeral volume controller made for the pod, and must be owned by
+//! the pod.
 
 use k8s_openapi::api::core::v1::{
-    PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod,
+    PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, Volume,
 };
 use kube::api::Api;
+
+/// The claim a pod volume names, and whether the pod must own it (a generic ephemeral volume).
+#[derive(Clone, Debug)]
+pub struct ClaimRef {
+    pub source: PersistentVolumeClaimVolumeSource,
+    pub ephemeral: bool,
+}
+
+impl ClaimRef {
+    /// The claim behind `v`, if it is a claim or a generic ephemeral volume.
+    pub fn of(pod: &Pod, v: &Volume) -> Option<ClaimRef> {
+        if let Some(source) = &v.persistent_volume_claim {
+            return Some(ClaimRef {
+                source: source.clone(),
+                ephemeral: false,
+            });
+        }
+        v.ephemeral.as_ref()?;
+        let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+        Some(ClaimRef {
+            source: PersistentVolumeClaimVolumeSource {
+                claim_name: format!("{pod_name}-{}", v.name),
+                read_only: None,
+            },
+            ephemeral: true,
+        })
+    }
+}
+
+/// Whether the pod is the claim's controller, as the ephemeral volume controller makes it.
+fn owned_by(claim: &PersistentVolumeClaim, pod: &Pod) -> bool {
+    let uid = pod.metadata.uid.as_deref();
+    claim
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid)
+}
 
 /// A claim resolved to its volume.
 #[derive(Clone, Debug)]
@@ -28,8 +69,9 @@ pub async fn resolve(
     client: &kube::Client,
     pod: &Pod,
     volume: &str,
-    source: &PersistentVolumeClaimVolumeSource,
+    claim_ref: &ClaimRef,
 ) -> Result<Bound, ClaimError> {
+    let source = &claim_ref.source;
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let claim_name = source.claim_name.as_str();
     let fail = |reason: String| {
@@ -44,6 +86,9 @@ pub async fn resolve(
             api_reason(&e)
         ))
     })?;
+    if claim_ref.ephemeral && !owned_by(&claim, pod) {
+        return Err(fail("not the ephemeral PVC for the pod".to_string()));
+    }
     let pv_name = bound_volume(&claim, namespace, claim_name).map_err(&fail)?;
     let pvs: Api<PersistentVolume> = Api::all(client.clone());
     let pv = super::read(pvs.get(&pv_name)).await.map_err(|e| {
@@ -238,5 +283,38 @@ mod tests {
             check_mode(&pod, "dev", false).unwrap_err(),
             "volume dev has volumeMode Filesystem, but is specified in volumeDevices"
         );
+    }
+
+    #[test]
+    fn an_ephemeral_volume_is_the_claim_its_pod_owns() {
+        use k8s_openapi::api::core::v1::EphemeralVolumeSource;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+        let mut pod = Pod::default();
+        pod.metadata.name = Some("web-0".into());
+        pod.metadata.uid = Some("u-1".into());
+        let v = Volume {
+            name: "scratch".into(),
+            ephemeral: Some(EphemeralVolumeSource::default()),
+            ..Default::default()
+        };
+        let r = ClaimRef::of(&pod, &v).unwrap();
+        assert_eq!(r.source.claim_name, "web-0-scratch");
+        assert!(r.ephemeral);
+        assert!(ClaimRef::of(&pod, &Volume::default()).is_none());
+        let mut c = claim("Bound", "pv-1");
+        assert!(!owned_by(&c, &pod));
+        let owner = |uid: &str, controller: bool| OwnerReference {
+            uid: uid.into(),
+            controller: Some(controller),
+            kind: "Pod".into(),
+            ..Default::default()
+        };
+        c.metadata.owner_references = Some(vec![owner("u-1", false), owner("u-2", true)]);
+        assert!(
+            !owned_by(&c, &pod),
+            "an owner that is not the controller does not count"
+        );
+        c.metadata.owner_references = Some(vec![owner("u-1", true)]);
+        assert!(owned_by(&c, &pod));
     }
 }

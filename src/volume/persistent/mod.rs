@@ -7,9 +7,7 @@ pub mod claims;
 pub mod csi;
 pub mod local;
 
-use k8s_openapi::api::core::v1::{
-    Node, PersistentVolume, PersistentVolumeClaimVolumeSource, PersistentVolumeSpec, Pod,
-};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeSpec, Pod};
 
 use super::FailureKind;
 
@@ -59,7 +57,7 @@ pub async fn resolve(
     client: Option<&kube::Client>,
     pod: &Pod,
     volume: &str,
-    claim: &PersistentVolumeClaimVolumeSource,
+    claim: &claims::ClaimRef,
 ) -> Resolved {
     let process = |reason: String| Resolved::Failed {
         shown: volume.to_string(),
@@ -70,7 +68,7 @@ pub async fn resolve(
         return process(format!(
             "error processing PVC {}/{}: claims need an API server",
             pod.metadata.namespace.as_deref().unwrap_or("default"),
-            claim.claim_name
+            claim.source.claim_name
         ));
     };
     let bound = match claims::resolve(client, pod, volume, claim).await {
