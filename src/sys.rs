@@ -112,6 +112,14 @@ pub fn kill(pid: i32, signal: i32) -> io::Result<()> {
     Ok(rustix::process::kill_process(pid, signal)?)
 }
 
+/// Kills every process of the process group `group` (SIGKILL).
+pub fn kill_group(group: u32) -> io::Result<()> {
+    let invalid = || io::Error::from(rustix::io::Errno::INVAL);
+    let group = i32::try_from(group).map_err(|_| invalid())?;
+    let group = Pid::from_raw(group).ok_or_else(invalid)?;
+    Ok(rustix::process::kill_process_group(group, Signal::KILL)?)
+}
+
 /// Mounts a fresh tmpfs on `target`, of `size_bytes` when given (else the kernel's default,
 /// half the memory).
 pub fn mount_tmpfs(target: &Path, size_bytes: Option<u64>) -> io::Result<()> {

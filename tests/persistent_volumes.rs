@@ -7,7 +7,10 @@
 //! the pod goes, its data left in place. A generic ephemeral volume is the claim the API
 //! server's ephemeral volume controller makes for the pod (the bed's control plane enables
 //! the v1.20 GenericEphemeralVolume gate); a claim of that name the pod does not own is
-//! refused with upstream's message.
+//! refused with upstream's message. An NFS volume (inline, or a PersistentVolume with its
+//! mountOptions) is mounted with `mount -t nfs`; where the bed has no NFS (no mount.nfs, no
+//! server), the pod waits with the mount command's words, as upstream's, and nothing of the
+//! failed mount stays.
 
 mod common;
 
@@ -385,5 +388,118 @@ async fn generic_ephemeral_volumes_are_the_claims_their_pods_own() {
         &[EPHEMERAL_PV, IMPOSTOR_PV],
     )
     .await;
+    k.cleanup();
+}
+
+const NFS_NODE: &str = "krs-pv-nfs-node";
+const NFS_INLINE: &str = "krs-pv-nfs-inline";
+const NFS_CLAIMED: &str = "krs-pv-nfs-claimed";
+const NFS_PV: &str = "krs-pv-nfs";
+const NFS_CLAIM: &str = "krs-pvc-nfs";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::await_holding_lock)]
+async fn nfs_volumes_wait_with_the_mount_commands_words() {
+    // Kubelets sharing one containerd remove each other's pods.
+    let _guard = serial();
+    let (client, pods) = default_pods(&[NFS_INLINE, NFS_CLAIMED]).await;
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    remove_claims_and_volumes(&client, &[NFS_CLAIM], &[NFS_PV]).await;
+    // Loopback only: no NFS server listens there, so the mount fails wherever it gets to.
+    let mut nfs_pv = pv(
+        NFS_PV,
+        NFS_CLAIM,
+        json!({"nfs": {"server": "127.0.0.1", "path": "/exports/claimed"}}),
+    );
+    if let Some(spec) = nfs_pv.spec.as_mut() {
+        spec.mount_options = Some(vec!["retry=0".into(), "soft".into()]);
+    }
+    create_bound(&client, &nfs_pv, NFS_CLAIM).await;
+    let mut k = Kubelet::new("persistent-nfs");
+    k.start_as_node(NFS_NODE, &["--sync-frequency=10s"]);
+
+    let inline = api_pod(json!({
+        "metadata": {"name": NFS_INLINE},
+        "spec": {
+            "nodeName": NFS_NODE,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "main",
+                "image": BUSYBOX,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sleep", "3600"],
+                "volumeMounts": [{"name": "share", "mountPath": "/share"}],
+            }],
+            "volumes": [{"name": "share",
+                "nfs": {"server": "127.0.0.1", "path": "/exports/inline", "readOnly": true}}],
+        },
+    }));
+    let inline_uid = create_pod(&pods, &inline).await;
+    let mut claimed = claim_pod(NFS_CLAIMED, NFS_CLAIM, false, "true");
+    if let Some(spec) = claimed.spec.as_mut() {
+        spec.node_name = Some(NFS_NODE.into());
+    }
+    let claimed_uid = create_pod(&pods, &claimed).await;
+
+    let pods_dir = k.root_dir.join("pods");
+    let expected = [
+        (
+            NFS_INLINE,
+            format!(
+                "MountVolume.SetUp failed for volume \"share\" : mount failed: exit status 32\nMounting command: mount\nMounting arguments: -t nfs -o ro 127.0.0.1:/exports/inline {}/{inline_uid}/volumes/kubernetes.io~nfs/share\nOutput: ",
+                pods_dir.display()
+            ),
+        ),
+        (
+            NFS_CLAIMED,
+            format!(
+                "MountVolume.SetUp failed for volume \"{NFS_PV}\" : mount failed: exit status 32\nMounting command: mount\nMounting arguments: -t nfs -o retry=0,soft 127.0.0.1:/exports/claimed {}/{claimed_uid}/volumes/kubernetes.io~nfs/{NFS_PV}\nOutput: ",
+                pods_dir.display()
+            ),
+        ),
+    ];
+    for (pod, prefix) in &expected {
+        let message = wait_async(
+            Duration::from_secs(180),
+            "the FailedMount event",
+            || async {
+                let list = events
+                    .list(&ListParams::default().fields(&format!("involvedObject.name={pod}")))
+                    .await
+                    .ok()?;
+                list.items
+                    .into_iter()
+                    .filter(|e| e.reason.as_deref() == Some("FailedMount"))
+                    .filter_map(|e| e.message)
+                    .find(|m| m.starts_with(prefix.as_str()))
+            },
+        )
+        .await;
+        assert!(
+            message.len() > prefix.len(),
+            "the command's output: {message}"
+        );
+        let p = pods.get(pod).await.unwrap();
+        assert_eq!(waiting_reason(&p).as_deref(), Some("ContainerCreating"));
+    }
+    // Nothing of the failed mounts stays: no mount, no mount point folder (between two
+    // syncs' tries).
+    wait_for(
+        Duration::from_secs(30),
+        "no trace of the failed mounts",
+        || {
+            let traces: Vec<_> = [&inline_uid, &claimed_uid]
+                .iter()
+                .filter_map(|uid| {
+                    std::fs::read_dir(pods_dir.join(uid).join("volumes/kubernetes.io~nfs")).ok()
+                })
+                .flat_map(|d| d.flatten().map(|e| e.path()))
+                .collect();
+            (traces.is_empty() && mounts_under(&k.root_dir).is_empty()).then_some(())
+        },
+    );
+
+    delete_now(&pods, &[NFS_INLINE, NFS_CLAIMED]).await;
+    remove_claims_and_volumes(&client, &[NFS_CLAIM], &[NFS_PV]).await;
     k.cleanup();
 }

@@ -17,6 +17,7 @@ pub mod host_path;
 pub mod image;
 pub mod in_place;
 pub mod mounts;
+pub mod nfs;
 pub mod ownership;
 pub mod persistent;
 
@@ -45,12 +46,13 @@ const PROJECTED: &str = "kubernetes.io~projected";
 const REFRESH_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// The plugins whose folders hold mounts this kubelet made and may undo: a tmpfs, or the
 /// bind mount of a local volume (undoing a bind loses nothing of its source).
-const OWN_MOUNT_PLUGINS: [&str; 5] = [
+const OWN_MOUNT_PLUGINS: [&str; 6] = [
     EMPTY_DIR,
     SECRET,
     DOWNWARD_API,
     PROJECTED,
     persistent::local::LOCAL_VOLUME,
+    nfs::NFS,
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -188,6 +190,7 @@ enum Plan {
     /// A claim or an inline CSI volume, resolved as far as it could be (a CSI volume is set up
     /// apart: it is not blocking work).
     Resolved(persistent::Resolved),
+    Nfs(nfs::NfsMount),
     /// An image volume, which only the runtime can mount.
     Image {
         reason: String,
@@ -290,6 +293,13 @@ fn apply(pod_dir: &Path, plans: Vec<(String, Plan)>, own: Ownership) -> Applied 
                 let dir = volume_dir(pod_dir, plugin, &name);
                 Err((reason, has_copy(&dir).then_some(dir)))
             }
+            Plan::Nfs(m) => {
+                if m.read_only {
+                    out.volumes.set_read_only(&name);
+                }
+                let dir = volume_dir(pod_dir, nfs::NFS, &name);
+                nfs::set_up(&dir, &m).map(|()| dir).map_err(|e| (e, None))
+            }
             Plan::Image { reason } => Err((reason, None)),
             Plan::Unsupported(kind) => Err((
                 format!("{kind} volumes are not supported by this version of kubelet-rs"),
@@ -307,6 +317,16 @@ fn apply(pod_dir: &Path, plans: Vec<(String, Plan)>, own: Ownership) -> Applied 
                     host_path::prepare(&path, &type_)
                         .map(|()| PathBuf::from(path))
                         .map_err(|e| (e.to_string(), None))
+                }
+                persistent::Resolved::Nfs { pv, mount } => {
+                    if mount.read_only {
+                        out.volumes.set_read_only(&name);
+                    }
+                    let dir = volume_dir(pod_dir, nfs::NFS, &pv);
+                    shown = pv;
+                    nfs::set_up(&dir, &mount)
+                        .map(|()| dir)
+                        .map_err(|e| (e, None))
                 }
                 persistent::Resolved::Local(m) => {
                     shown = m.pv.clone();
@@ -356,7 +376,7 @@ type Measured = (Option<(String, String)>, MeasuredBy);
 /// How the stats provider reads a claim's volume, as upstream's plugin of its kind does.
 fn measured_by(resolved: &persistent::Resolved) -> MeasuredBy {
     match resolved {
-        persistent::Resolved::Local(_) => MeasuredBy::StatFs,
+        persistent::Resolved::Local(_) | persistent::Resolved::Nfs { .. } => MeasuredBy::StatFs,
         persistent::Resolved::Csi(vol) => csi_measured(vol),
         persistent::Resolved::HostPath { .. } | persistent::Resolved::Failed { .. } => {
             MeasuredBy::Nothing
@@ -578,6 +598,13 @@ impl VolumeManager {
                         reason: e.to_string(),
                     },
                 }
+            } else if let Some(source) = &v.nfs {
+                Plan::Nfs(nfs::NfsMount {
+                    server: source.server.clone(),
+                    path: source.path.clone(),
+                    read_only: source.read_only.unwrap_or(false),
+                    options: Vec::new(),
+                })
             } else if v.image.is_some() {
                 Plan::Image {
                     reason: image::unsupported_reason(self.runtime.as_ref()),

@@ -42,6 +42,10 @@ pub enum Resolved {
         read_only: bool,
     },
     Local(local::LocalMount),
+    Nfs {
+        pv: String,
+        mount: crate::volume::nfs::NfsMount,
+    },
     Csi(Box<crate::volume::csi::mount::CsiVolume>),
     Failed {
         /// The name events give the volume.
@@ -107,6 +111,18 @@ pub async fn resolve(
             fs_group: fs_group(pod),
             on_root_mismatch: on_root_mismatch(pod),
         });
+    }
+    if let Some(source) = spec.nfs {
+        return Resolved::Nfs {
+            pv,
+            mount: crate::volume::nfs::NfsMount {
+                server: source.server,
+                path: source.path,
+                // The claim's readOnly or the volume's own.
+                read_only: bound.read_only || source.read_only.unwrap_or(false),
+                options: spec.mount_options.unwrap_or_default(),
+            },
+        };
     }
     if spec.csi.is_some() {
         return match csi::prepare(client, pod, &bound).await {
