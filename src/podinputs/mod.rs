@@ -81,6 +81,8 @@ impl PodInputs {
 pub struct PodInputSource {
     client: Option<kube::Client>,
     objects: Option<WatchedObjects>,
+    /// The services' watch, started by the first container that needs them.
+    services: std::sync::OnceLock<services::ServiceCache>,
     tokens: TokenCache,
 }
 
@@ -106,6 +108,7 @@ impl PodInputSource {
                 config_maps: Watched::new(c),
             }),
             client,
+            services: std::sync::OnceLock::new(),
             tokens: TokenCache::default(),
         }
     }
@@ -150,7 +153,11 @@ impl PodInputSource {
                 runtime_class::lookup_handler(client, pod, default_handler).await;
         }
         if needs.containers {
-            inputs.service_env = services::fetch_service_env(client, pod).await;
+            let cache = client.map(|c| {
+                self.services
+                    .get_or_init(|| services::ServiceCache::start(c.clone()))
+            });
+            inputs.service_env = services::pod_env(cache, pod).await;
             inputs.env_objects = env_sources::fetch(self, pod).await;
             if client.is_some() {
                 inputs.pull_secrets = pull_secrets::fetch(self, pod).await;

@@ -1,15 +1,25 @@
 //! The environment variables Kubernetes gives every container for the services it can see
 //! (docker-links style): `<NAME>_SERVICE_HOST`, `<NAME>_SERVICE_PORT`, `<NAME>_PORT_...`. The
 //! API server's own `kubernetes` service (namespace default) is always included; the others of
-//! the pod's namespace only with `enableServiceLinks`.
+//! the pod's namespace only with `enableServiceLinks`. The services are read from a watch of
+//! all of them, as upstream's service informer: started by the first container that needs
+//! them, so a container (re)start sends no request for them.
 
 use std::collections::BTreeMap;
+use std::pin::pin;
+use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Service};
-use kube::api::{Api, ListParams};
+use kube::api::Api;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, watcher};
+use kube::runtime::{WatchStreamExt, reflector::ObjectRef};
+use tokio_util::sync::CancellationToken;
 
-const LIST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a container waits for the first list of the services.
+const SYNC_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn env_name(service: &str) -> String {
     service.to_uppercase().replace('-', "_")
@@ -99,33 +109,89 @@ pub fn pod_service_env(
     vars.into_iter().collect()
 }
 
-async fn list(client: &kube::Client, ns: &str) -> Vec<Service> {
-    let api: Api<Service> = Api::namespaced(client.clone(), ns);
-    match tokio::time::timeout(LIST_TIMEOUT, api.list(&ListParams::default())).await {
-        Ok(Ok(list)) => list.items,
-        Ok(Err(err)) => {
-            tracing::warn!(namespace = ns, %err, "Could not list services for container environment");
-            vec![]
-        }
-        Err(_) => {
-            tracing::warn!(
-                namespace = ns,
-                "Listing services for container environment timed out"
-            );
-            vec![]
-        }
+/// Every service of the cluster, as a watch keeps them; the watch ends with the cache.
+pub struct ServiceCache {
+    store: Store<Service>,
+    stop: CancellationToken,
+}
+
+impl Drop for ServiceCache {
+    fn drop(&mut self) {
+        self.stop.cancel();
     }
 }
 
-/// Looks the services up in the API server (nothing without one).
-pub async fn fetch_service_env(client: Option<&kube::Client>, pod: &Pod) -> Vec<(String, String)> {
-    let Some(client) = client else { return vec![] };
+impl ServiceCache {
+    /// Starts the watch (the watcher relists on its own after errors, with kube's backoff).
+    pub fn start(client: kube::Client) -> Self {
+        let (store, writer) = reflector::store();
+        let stop = CancellationToken::new();
+        let api: Api<Service> = Api::all(client);
+        let cancelled = stop.clone();
+        tokio::spawn(async move {
+            let events = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .reflect(writer)
+                .applied_objects();
+            let mut events = pin!(events);
+            loop {
+                let next = tokio::select! {
+                    _ = cancelled.cancelled() => return,
+                    n = events.next() => n,
+                };
+                match next {
+                    None => return,
+                    Some(Err(err)) => tracing::debug!(%err, "Watching services"),
+                    Some(Ok(_)) => {}
+                }
+            }
+        });
+        ServiceCache { store, stop }
+    }
+
+    /// The services of `namespace`, once the first list is in (None until then, after
+    /// waiting up to [`SYNC_TIMEOUT`]).
+    async fn in_namespace(&self, namespace: &str) -> Option<Vec<Service>> {
+        let ready = tokio::time::timeout(SYNC_TIMEOUT, self.store.wait_until_ready()).await;
+        if !matches!(ready, Ok(Ok(()))) {
+            return None;
+        }
+        Some(
+            self.store
+                .state()
+                .iter()
+                .filter(|s| s.metadata.namespace.as_deref() == Some(namespace))
+                .map(|s| Service::clone(s))
+                .collect(),
+        )
+    }
+
+    /// One service, if the first list is in and it exists.
+    fn get(&self, namespace: &str, name: &str) -> Option<Arc<Service>> {
+        self.store.get(&ObjectRef::new(name).within(namespace))
+    }
+}
+
+/// The service variables for `pod` from the cache (nothing without one: standalone). Until
+/// the first list is in, a container gets none, with a warning, as when a list failed.
+pub async fn pod_env(cache: Option<&ServiceCache>, pod: &Pod) -> Vec<(String, String)> {
+    let Some(cache) = cache else { return vec![] };
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let own = list(client, ns).await;
-    let default = if ns == "default" {
+    let Some(own) = cache.in_namespace(ns).await else {
+        tracing::warn!(
+            namespace = ns,
+            "Services have not yet been read at least once, the container gets no service variables"
+        );
+        return vec![];
+    };
+    let default: Vec<Service> = if ns == "default" {
         vec![]
     } else {
-        list(client, "default").await
+        cache
+            .get("default", "kubernetes")
+            .map(|s| Service::clone(&s))
+            .into_iter()
+            .collect()
     };
     pod_service_env(pod, &own, &default)
 }
