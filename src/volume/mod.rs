@@ -20,21 +20,29 @@ pub mod mounts;
 pub mod nfs;
 pub mod ownership;
 pub mod persistent;
+mod plan;
+mod teardown;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Pod, Volume};
-use tracing::{debug, warn};
+use k8s_openapi::api::core::v1::Pod;
+use tracing::warn;
 
 use crate::events::{EventRecorder, EventType};
 use crate::fieldpath::NodeAllocatable;
 use crate::podinputs::PodInputSource;
 use crate::quantity::parse_bytes;
-use atomic_writer::{FileEntry, Ownership};
+use atomic_writer::Ownership;
 use empty_dir::Medium;
-use in_place::{InPlace, InPlaceVolumes, MeasuredBy};
+use in_place::{InPlace, InPlaceVolumes};
+pub(crate) use plan::FailureKind;
+use plan::{
+    Applied, Failure, Measured, Plan, apply, csi_measured, has_copy, kind_name, measured_by,
+    written_plugin,
+};
+pub use teardown::{release_volumes, remove_pod_dir};
 
 /// Each volume plugin's folder under `<pod>/volumes/`, upstream's names.
 pub const EMPTY_DIR: &str = "kubernetes.io~empty-dir";
@@ -44,17 +52,6 @@ const DOWNWARD_API: &str = "kubernetes.io~downward-api";
 const PROJECTED: &str = "kubernetes.io~projected";
 /// How long a refresh of a written volume that has a copy in place may take.
 const REFRESH_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
-/// The plugins whose folders hold mounts this kubelet made and may undo: a tmpfs, or the
-/// bind mount of a local volume (undoing a bind loses nothing of its source).
-const OWN_MOUNT_PLUGINS: [&str; 6] = [
-    EMPTY_DIR,
-    SECRET,
-    DOWNWARD_API,
-    PROJECTED,
-    persistent::local::LOCAL_VOLUME,
-    nfs::NFS,
-];
-
 #[derive(Debug, thiserror::Error)]
 pub enum VolumeError {
     /// A step of mounting that failed (`FailureKind::step` names it), in upstream's words,
@@ -152,275 +149,6 @@ fn used_volumes(pod: &Pod) -> BTreeSet<&str> {
         .flat_map(|c| c.volume_mounts.iter().flatten())
         .map(|m| m.name.as_str())
         .collect()
-}
-
-fn kind_name(v: &Volume) -> &'static str {
-    match v {
-        v if v.persistent_volume_claim.is_some() => "persistentVolumeClaim",
-        v if v.csi.is_some() => "csi",
-        v if v.nfs.is_some() => "nfs",
-        v if v.ephemeral.is_some() => "ephemeral",
-        v if v.image.is_some() => "image",
-        _ => "this kind of",
-    }
-}
-
-/// What setting up one volume takes, decided (and fetched) before the blocking file work.
-enum Plan {
-    HostPath {
-        path: String,
-        kind: String,
-        read_only: bool,
-    },
-    EmptyDir {
-        medium: Medium,
-    },
-    Write {
-        plugin: &'static str,
-        files: Vec<FileEntry>,
-        /// The size of its tmpfs, for the plugins that keep their files in memory.
-        memory_size: Option<u64>,
-    },
-    /// The contents could not be had; an earlier copy, if there is one, stays in use.
-    FetchFailed {
-        plugin: &'static str,
-        reason: String,
-    },
-    Unsupported(&'static str),
-    /// A claim or an inline CSI volume, resolved as far as it could be (a CSI volume is set up
-    /// apart: it is not blocking work).
-    Resolved(persistent::Resolved),
-    Nfs(nfs::NfsMount),
-    /// An image volume, which only the runtime can mount.
-    Image {
-        reason: String,
-    },
-}
-
-fn written_plugin(v: &Volume) -> &'static str {
-    if v.secret.is_some() {
-        SECRET
-    } else if v.config_map.is_some() {
-        CONFIG_MAP
-    } else if v.downward_api.is_some() {
-        DOWNWARD_API
-    } else {
-        PROJECTED
-    }
-}
-
-/// A volume that could not be set up (or refreshed) this time.
-struct Failure {
-    volume: String,
-    reason: String,
-    /// An earlier setup is in place and stays in use.
-    stale_copy_in_use: bool,
-    kind: FailureKind,
-}
-
-/// Which step failed, which decides how upstream words it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum FailureKind {
-    SetUp,
-    /// The volume could not be worked out from the API: nothing was tried on the node.
-    Process,
-    NodeAffinity,
-    /// The volume is not attached to the node (yet).
-    WaitForAttach,
-    /// The node-wide staging of the volume.
-    MountDevice,
-    /// The volume's plugin refused it before any work (an inline CSI volume whose driver does
-    /// not take inline volumes).
-    NewMounter,
-}
-
-impl FailureKind {
-    /// The step as upstream's "MountVolume.<step> failed" names it; None for a volume that
-    /// never reached the node.
-    fn step(self) -> Option<&'static str> {
-        match self {
-            FailureKind::Process => None,
-            FailureKind::SetUp => Some("SetUp"),
-            FailureKind::NodeAffinity => Some("NodeAffinity check"),
-            FailureKind::WaitForAttach => Some("WaitForAttach"),
-            FailureKind::MountDevice => Some("MountDevice"),
-            FailureKind::NewMounter => Some("NewMounter initialization"),
-        }
-    }
-}
-
-#[derive(Default)]
-struct Applied {
-    volumes: PodVolumes,
-    failures: Vec<Failure>,
-}
-
-fn apply(pod_dir: &Path, plans: Vec<(String, Plan)>, own: Ownership) -> Applied {
-    let mut out = Applied::default();
-    for (name, plan) in plans {
-        // On failure: why, and the earlier copy that stays in use, if any.
-        let mut kind = FailureKind::SetUp;
-        // Upstream names a claim's volume by the PersistentVolume's name.
-        let mut shown = name.clone();
-        let result: Result<PathBuf, (String, Option<PathBuf>)> = match plan {
-            Plan::HostPath {
-                path,
-                kind,
-                read_only,
-            } => {
-                if read_only {
-                    out.volumes.set_read_only(&name);
-                }
-                host_path::prepare(&path, &kind)
-                    .map(|()| PathBuf::from(path))
-                    .map_err(|e| (e.to_string(), None))
-            }
-            Plan::EmptyDir { medium } => {
-                let dir = empty_dir::path(pod_dir, &name);
-                empty_dir::prepare(&dir, medium, own.fs_group)
-                    .map(|()| dir.clone())
-                    .map_err(|e| (format!("{}: {e}", dir.display()), None))
-            }
-            Plan::Write {
-                plugin,
-                files,
-                memory_size,
-            } => {
-                let dir = volume_dir(pod_dir, plugin, &name);
-                write_volume(&dir, plugin, &files, own, memory_size).map(|()| dir)
-            }
-            Plan::FetchFailed { plugin, reason } => {
-                let dir = volume_dir(pod_dir, plugin, &name);
-                Err((reason, has_copy(&dir).then_some(dir)))
-            }
-            Plan::Nfs(m) => {
-                if m.read_only {
-                    out.volumes.set_read_only(&name);
-                }
-                let dir = volume_dir(pod_dir, nfs::NFS, &name);
-                nfs::set_up(&dir, &m).map(|()| dir).map_err(|e| (e, None))
-            }
-            Plan::Image { reason } => Err((reason, None)),
-            Plan::Unsupported(kind) => Err((
-                format!("{kind} volumes are not supported by this version of kubelet-rs"),
-                None,
-            )),
-            Plan::Resolved(resolved) => match resolved {
-                persistent::Resolved::HostPath {
-                    path,
-                    kind: type_,
-                    read_only,
-                } => {
-                    if read_only {
-                        out.volumes.set_read_only(&name);
-                    }
-                    host_path::prepare(&path, &type_)
-                        .map(|()| PathBuf::from(path))
-                        .map_err(|e| (e.to_string(), None))
-                }
-                persistent::Resolved::Nfs { pv, mount } => {
-                    if mount.read_only {
-                        out.volumes.set_read_only(&name);
-                    }
-                    let dir = volume_dir(pod_dir, nfs::NFS, &pv);
-                    shown = pv;
-                    nfs::set_up(&dir, &mount)
-                        .map(|()| dir)
-                        .map_err(|e| (e, None))
-                }
-                persistent::Resolved::Local(m) => {
-                    shown = m.pv.clone();
-                    if m.read_only {
-                        out.volumes.set_read_only(&name);
-                    }
-                    persistent::local::set_up(pod_dir, &m).map_err(|e| (e, None))
-                }
-                // Only without a plugin manager (unit tests): nothing could mount it.
-                persistent::Resolved::Csi(_) => Err((
-                    "no CSI driver is registered with this kubelet".to_string(),
-                    None,
-                )),
-                persistent::Resolved::Failed {
-                    shown: s,
-                    kind: k,
-                    reason,
-                } => {
-                    shown = s;
-                    kind = k;
-                    Err((reason, None))
-                }
-            },
-        };
-        match result {
-            Ok(dir) => out.volumes.insert(&name, dir),
-            Err((reason, stale)) => {
-                let stale_copy_in_use = stale.is_some();
-                if let Some(dir) = stale {
-                    out.volumes.insert(&name, dir);
-                }
-                out.failures.push(Failure {
-                    volume: shown,
-                    reason,
-                    stale_copy_in_use,
-                    kind,
-                });
-            }
-        }
-    }
-    out
-}
-
-/// A volume's claim (namespace, name), if any, and how its usage is read.
-type Measured = (Option<(String, String)>, MeasuredBy);
-
-/// How the stats provider reads a claim's volume, as upstream's plugin of its kind does.
-fn measured_by(resolved: &persistent::Resolved) -> MeasuredBy {
-    match resolved {
-        persistent::Resolved::Local(_) | persistent::Resolved::Nfs { .. } => MeasuredBy::StatFs,
-        persistent::Resolved::Csi(vol) => csi_measured(vol),
-        persistent::Resolved::HostPath { .. } | persistent::Resolved::Failed { .. } => {
-            MeasuredBy::Nothing
-        }
-    }
-}
-
-fn csi_measured(vol: &csi::mount::CsiVolume) -> MeasuredBy {
-    MeasuredBy::Csi {
-        driver: vol.driver.clone(),
-        handle: vol.handle.clone(),
-    }
-}
-
-fn has_copy(dir: &Path) -> bool {
-    dir.join("..data").exists()
-}
-
-fn write_volume(
-    dir: &Path,
-    plugin: &str,
-    files: &[FileEntry],
-    own: Ownership,
-    memory_size: Option<u64>,
-) -> Result<(), (String, Option<PathBuf>)> {
-    let had_copy = has_copy(dir);
-    let fail = |reason: String| (reason, had_copy.then(|| dir.to_path_buf()));
-    // Secrets never touch the disk; downwardAPI and projected volumes are a tmpfs upstream too.
-    let medium = if plugin == CONFIG_MAP {
-        Medium::Disk
-    } else {
-        Medium::Memory { size: memory_size }
-    };
-    empty_dir::prepare(dir, medium, own.fs_group)
-        .map_err(|e| fail(format!("{}: {e}", dir.display())))?;
-    match atomic_writer::write(dir, files, own) {
-        Ok(changed) => {
-            if changed && had_copy {
-                debug!(volume = %dir.display(), "Volume contents updated");
-            }
-            Ok(())
-        }
-        Err(e) => Err(fail(e.to_string())),
-    }
 }
 
 pub struct VolumeManager {
@@ -787,75 +515,14 @@ impl VolumeManager {
     }
 }
 
-/// Unmounts the tmpfs volumes this kubelet mounted and removes the pod's folder, refusing to
-/// descend into any other mount (a volume still mounted there must not lose its contents).
-pub fn remove_pod_dir(pod_dir: &Path) -> Result<(), VolumeError> {
-    if !pod_dir.exists() {
-        return Ok(());
-    }
-    unmount_ours(pod_dir)?;
-    std::fs::remove_dir_all(pod_dir).map_err(|source| VolumeError::Io {
-        path: pod_dir.to_path_buf(),
-        source,
-    })
-}
-
-/// Like [`remove_pod_dir`] for the pod's volumes only: a finished pod that is not deleted yet
-/// keeps its folder (termination messages) but gives back the disk and memory its volumes
-/// held, as upstream tears down the volumes of terminated pods. Without this an evicted pod's
-/// emptyDir would keep the disk pressure that evicted it.
-pub fn release_volumes(pod_dir: &Path) -> Result<(), VolumeError> {
-    let volumes = pod_dir.join("volumes");
-    if !volumes.exists() {
-        return Ok(());
-    }
-    unmount_ours(pod_dir)?;
-    std::fs::remove_dir_all(&volumes).map_err(|source| VolumeError::Io {
-        path: volumes.clone(),
-        source,
-    })
-}
-
-/// The mount points below `dir` in the kubelet's mount table.
-fn mounts_below(dir: &Path) -> Vec<PathBuf> {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let prefix = format!("{}/", dir.to_string_lossy());
-    mountinfo
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .filter(|mp| mp.starts_with(&prefix))
-        .map(PathBuf::from)
-        .collect()
-}
-
-fn unmount_ours(pod_dir: &Path) -> Result<(), VolumeError> {
-    let ours: Vec<PathBuf> = OWN_MOUNT_PLUGINS
-        .iter()
-        .map(|k| pod_dir.join("volumes").join(k))
-        .collect();
-    for mp in &mounts_below(pod_dir) {
-        if !mp.parent().is_some_and(|p| ours.iter().any(|o| o == p)) {
-            return Err(VolumeError::StillMounted(mp.to_string_lossy().into_owned()));
-        }
-        crate::sys::unmount_detach(mp).map_err(|source| VolumeError::Io {
-            path: mp.clone(),
-            source,
-        })?;
-    }
-    // The folder is removed next: nothing may be mounted below it any more, or the removal
-    // would reach into a volume's source.
-    if let Some(mp) = mounts_below(pod_dir).first() {
-        return Err(VolumeError::StillMounted(mp.to_string_lossy().into_owned()));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
+    use super::atomic_writer::FileEntry;
     use super::*;
     use k8s_openapi::api::core::v1::{
         ConfigMapVolumeSource, Container, DownwardAPIVolumeFile, DownwardAPIVolumeSource,
-        EmptyDirVolumeSource, HostPathVolumeSource, ObjectFieldSelector, PodSpec, VolumeMount,
+        EmptyDirVolumeSource, HostPathVolumeSource, ObjectFieldSelector, PodSpec, Volume,
+        VolumeMount,
     };
 
     fn volume(name: &str) -> Volume {
