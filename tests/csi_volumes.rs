@@ -19,10 +19,12 @@ mod csi_driver;
 
 use std::time::Duration;
 
-use common::storage::{create_bound, mounts_under, pv, remove_claims_and_volumes, terminated};
+use common::storage::{
+    create_bound, event_starting, mounts_under, pv, remove_claims_and_volumes, terminated,
+};
 use common::*;
 use csi_driver::{Options, TestDriver};
-use k8s_openapi::api::core::v1::{Event, PersistentVolume, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
 use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -100,21 +102,6 @@ fn inline_pod(name: &str, driver: &str, script: &str) -> Pod {
     }))
 }
 
-async fn wait_event(client: &kube::Client, pod: &str, prefix: &str) -> String {
-    let events: Api<Event> = Api::namespaced(client.clone(), "default");
-    wait_async(Duration::from_secs(60), prefix, || async {
-        let list = events
-            .list(&ListParams::default().fields(&format!("involvedObject.name={pod}")))
-            .await
-            .ok()?;
-        list.items
-            .into_iter()
-            .filter_map(|e| e.message)
-            .find(|m| m.starts_with(prefix))
-    })
-    .await
-}
-
 async fn wait_call(driver: &TestDriver, op: &str, path_part: &str) -> csi_driver::Call {
     wait_async(Duration::from_secs(60), op, || async {
         driver
@@ -131,7 +118,6 @@ async fn csi_volumes_are_staged_published_and_torn_down() {
     let (client, pods) = default_pods(&[WRITER, ATTACHED, SURVIVOR]).await;
     let csidrivers: Api<CSIDriver> = Api::all(client.clone());
     let attachments: Api<VolumeAttachment> = Api::all(client.clone());
-    let events: Api<Event> = Api::namespaced(client.clone(), "default");
     let none = DeleteParams::default();
     remove_claims_and_volumes(&client, &[CLAIM, ATTACH_CLAIM], &[PV, ATTACH_PV]).await;
     for d in [DRIVER, ATTACHING] {
@@ -243,21 +229,7 @@ async fn csi_volumes_are_staged_published_and_torn_down() {
     create_pod(&pods, &attached).await;
     let waiting =
         format!("MountVolume.WaitForAttach failed for volume \"{ATTACH_PV}\" : volume vol-2");
-    wait_async(
-        Duration::from_secs(60),
-        "the WaitForAttach event",
-        || async {
-            let list = events
-                .list(&ListParams::default().fields(&format!("involvedObject.name={ATTACHED}")))
-                .await
-                .ok()?;
-            list.items
-                .into_iter()
-                .filter_map(|e| e.message)
-                .find(|m| m.starts_with(&waiting))
-        },
-    )
-    .await;
+    event_starting(&client, ATTACHED, &waiting, Duration::from_secs(60)).await;
     // The attach/detach controller makes the VolumeAttachment; a driver's attacher would mark
     // it attached, which the test does here.
     let va = wait_async(Duration::from_secs(60), "the VolumeAttachment", || async {
@@ -474,10 +446,11 @@ async fn inline_csi_volumes_live_and_go_with_their_pod() {
 
     // A driver that takes no inline volumes: refused before any call, the pod never starts.
     create_pod(&pods, &inline_pod(REFUSED, PERSISTENT_ONLY, "true")).await;
-    let refusal = wait_event(
+    let refusal = event_starting(
         &client,
         REFUSED,
         "MountVolume.NewMounter initialization failed for volume \"scratch\"",
+        Duration::from_secs(60),
     )
     .await;
     assert!(

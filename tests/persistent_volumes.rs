@@ -17,11 +17,11 @@ mod common;
 use std::time::Duration;
 
 use common::storage::{
-    claim, create_bound, mounts_under, pv, remove_claims_and_volumes, terminated,
+    claim, create_bound, event_starting, mounts_under, pv, remove_claims_and_volumes, terminated,
 };
 use common::*;
-use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
-use kube::api::{Api, ListParams, PostParams};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{Api, PostParams};
 use serde_json::json;
 
 const NODE: &str = "krs-pv-node";
@@ -71,7 +71,6 @@ async fn claims_bound_to_host_path_volumes_mount_and_unbound_ones_wait() {
     let (client, pods) = default_pods(&[WRITER, READER, WAITER]).await;
     let pvs: Api<PersistentVolume> = Api::all(client.clone());
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
-    let events: Api<Event> = Api::namespaced(client.clone(), "default");
     remove_claims_and_volumes(&client, &[CLAIM, LATE_CLAIM], &[PV, LATE_PV]).await;
     let host = tempfile::tempdir().unwrap();
     let host_path = host.path().to_string_lossy().to_string();
@@ -127,18 +126,7 @@ async fn claims_bound_to_host_path_volumes_mount_and_unbound_ones_wait() {
     let expected = format!(
         "Unable to attach or mount volumes: unmounted volumes=[data], unattached volumes=[], failed to process volumes=[data]: error processing PVC default/{LATE_CLAIM}: PVC default/{LATE_CLAIM} has non-bound phase (\"Pending\") or empty pvc.Spec.VolumeName"
     );
-    let message = wait_async(Duration::from_secs(60), "the FailedMount event", || async {
-        let list = events
-            .list(&ListParams::default().fields(&format!("involvedObject.name={WAITER}")))
-            .await
-            .ok()?;
-        list.items
-            .into_iter()
-            .filter(|e| e.reason.as_deref() == Some("FailedMount"))
-            .filter_map(|e| e.message)
-            .find(|m| m.starts_with(&expected))
-    })
-    .await;
+    let message = event_starting(&client, WAITER, &expected, Duration::from_secs(60)).await;
     assert!(message.starts_with(&expected), "{message}");
     let p = pods.get(WAITER).await.unwrap();
     assert_eq!(waiting_reason(&p).as_deref(), Some("ContainerCreating"));
@@ -181,7 +169,6 @@ async fn local_volumes_are_bind_mounted_for_their_node_only() {
     let _guard = serial();
     use std::os::unix::fs::MetadataExt;
     let (client, pods) = default_pods(&[LOCAL_POD, ELSEWHERE_POD]).await;
-    let events: Api<Event> = Api::namespaced(client.clone(), "default");
     remove_claims_and_volumes(
         &client,
         &[LOCAL_CLAIM, ELSEWHERE_CLAIM],
@@ -235,23 +222,8 @@ async fn local_volumes_are_bind_mounted_for_their_node_only() {
     let expected = format!(
         "MountVolume.NodeAffinity check failed for volume \"{ELSEWHERE_PV}\" : no matching NodeSelectorTerms"
     );
-    wait_async(
-        Duration::from_secs(60),
-        "the NodeAffinity event",
-        || async {
-            let list = events
-                .list(
-                    &ListParams::default().fields(&format!("involvedObject.name={ELSEWHERE_POD}")),
-                )
-                .await
-                .ok()?;
-            list.items
-                .into_iter()
-                .any(|e| e.message.as_deref() == Some(expected.as_str()))
-                .then_some(())
-        },
-    )
-    .await;
+    let message = event_starting(&client, ELSEWHERE_POD, &expected, Duration::from_secs(60)).await;
+    assert_eq!(message, expected);
 
     // Deleted, the pod leaves no mount behind and the volume's data stays.
     delete_now(&pods, &[LOCAL_POD, ELSEWHERE_POD]).await;
@@ -312,7 +284,6 @@ async fn generic_ephemeral_volumes_are_the_claims_their_pods_own() {
     let (client, pods) = default_pods(&[EPHEMERAL_POD, IMPOSTOR_POD]).await;
     let claim_name = format!("{EPHEMERAL_POD}-scratch");
     let impostor_claim = format!("{IMPOSTOR_POD}-scratch");
-    let events: Api<Event> = Api::namespaced(client.clone(), "default");
     remove_claims_and_volumes(
         &client,
         &[&claim_name, &impostor_claim],
@@ -361,17 +332,7 @@ async fn generic_ephemeral_volumes_are_the_claims_their_pods_own() {
     let expected = format!(
         "Unable to attach or mount volumes: unmounted volumes=[scratch], unattached volumes=[], failed to process volumes=[scratch]: error processing PVC default/{impostor_claim}: not the ephemeral PVC for the pod"
     );
-    let message = wait_async(Duration::from_secs(60), "the FailedMount event", || async {
-        let list = events
-            .list(&ListParams::default().fields(&format!("involvedObject.name={IMPOSTOR_POD}")))
-            .await
-            .ok()?;
-        list.items
-            .into_iter()
-            .filter_map(|e| e.message)
-            .find(|m| m.starts_with(&expected))
-    })
-    .await;
+    let message = event_starting(&client, IMPOSTOR_POD, &expected, Duration::from_secs(60)).await;
     assert!(message.starts_with(&expected), "{message}");
     let p = pods.get(IMPOSTOR_POD).await.unwrap();
     assert_eq!(waiting_reason(&p).as_deref(), Some("ContainerCreating"));
@@ -403,7 +364,6 @@ async fn nfs_volumes_wait_with_the_mount_commands_words() {
     // Kubelets sharing one containerd remove each other's pods.
     let _guard = serial();
     let (client, pods) = default_pods(&[NFS_INLINE, NFS_CLAIMED]).await;
-    let events: Api<Event> = Api::namespaced(client.clone(), "default");
     remove_claims_and_volumes(&client, &[NFS_CLAIM], &[NFS_PV]).await;
     // Loopback only: no NFS server listens there, so the mount fails wherever it gets to.
     let mut nfs_pv = pv(
@@ -459,22 +419,7 @@ async fn nfs_volumes_wait_with_the_mount_commands_words() {
         ),
     ];
     for (pod, prefix) in &expected {
-        let message = wait_async(
-            Duration::from_secs(180),
-            "the FailedMount event",
-            || async {
-                let list = events
-                    .list(&ListParams::default().fields(&format!("involvedObject.name={pod}")))
-                    .await
-                    .ok()?;
-                list.items
-                    .into_iter()
-                    .filter(|e| e.reason.as_deref() == Some("FailedMount"))
-                    .filter_map(|e| e.message)
-                    .find(|m| m.starts_with(prefix.as_str()))
-            },
-        )
-        .await;
+        let message = event_starting(&client, pod, prefix, Duration::from_secs(180)).await;
         assert!(
             message.len() > prefix.len(),
             "the command's output: {message}"

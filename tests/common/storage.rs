@@ -1,5 +1,5 @@
 //! What the storage tests share: claims bound by name to a PersistentVolume, the mounts left
-//! under a folder, and a run-once pod's result.
+//! under a folder, a run-once pod's result, and the volume events a pod gets.
 
 use std::path::Path;
 use std::time::Duration;
@@ -87,6 +87,29 @@ pub async fn terminated(pods: &Api<Pod>, name: &str) -> String {
             done.exit_code,
             done.message.unwrap_or_default().trim()
         ))
+    })
+    .await
+}
+
+/// The first message of an event of pod `pod` (in "default") that starts with `prefix`,
+/// waiting up to `timeout` for it.
+pub async fn event_starting(
+    client: &kube::Client,
+    pod: &str,
+    prefix: &str,
+    timeout: Duration,
+) -> String {
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
+    let selector = format!("involvedObject.name={pod}");
+    super::wait_async(timeout, prefix, || async {
+        let list = events
+            .list(&kube::api::ListParams::default().fields(&selector))
+            .await
+            .ok()?;
+        list.items
+            .into_iter()
+            .filter_map(|e| e.message)
+            .find(|m| m.starts_with(prefix))
     })
     .await
 }
