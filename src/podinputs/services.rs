@@ -16,6 +16,7 @@ use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, watcher};
 use kube::runtime::{WatchStreamExt, reflector::ObjectRef};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 /// How long a container waits for the first list of the services.
@@ -112,6 +113,9 @@ pub fn pod_service_env(
 /// Every service of the cluster, as a watch keeps them; the watch ends with the cache.
 pub struct ServiceCache {
     store: Store<Service>,
+    /// Set once the first list is in. (The store's own readiness wakes only one of several
+    /// waiters.)
+    ready: watch::Receiver<bool>,
     stop: CancellationToken,
 }
 
@@ -125,14 +129,14 @@ impl ServiceCache {
     /// Starts the watch (the watcher relists on its own after errors, with kube's backoff).
     pub fn start(client: kube::Client) -> Self {
         let (store, writer) = reflector::store();
+        let (ready_tx, ready) = watch::channel(false);
         let stop = CancellationToken::new();
         let api: Api<Service> = Api::all(client);
         let cancelled = stop.clone();
         tokio::spawn(async move {
             let events = watcher(api, watcher::Config::default())
                 .default_backoff()
-                .reflect(writer)
-                .applied_objects();
+                .reflect(writer);
             let mut events = pin!(events);
             loop {
                 let next = tokio::select! {
@@ -142,18 +146,22 @@ impl ServiceCache {
                 match next {
                     None => return,
                     Some(Err(err)) => tracing::debug!(%err, "Watching services"),
+                    Some(Ok(watcher::Event::InitDone)) => {
+                        ready_tx.send_replace(true);
+                    }
                     Some(Ok(_)) => {}
                 }
             }
         });
-        ServiceCache { store, stop }
+        ServiceCache { store, ready, stop }
     }
 
     /// The services of `namespace`, once the first list is in (None until then, after
     /// waiting up to [`SYNC_TIMEOUT`]).
     async fn in_namespace(&self, namespace: &str) -> Option<Vec<Service>> {
-        let ready = tokio::time::timeout(SYNC_TIMEOUT, self.store.wait_until_ready()).await;
-        if !matches!(ready, Ok(Ok(()))) {
+        let mut ready = self.ready.clone();
+        let listed = tokio::time::timeout(SYNC_TIMEOUT, ready.wait_for(|r| *r)).await;
+        if !matches!(listed, Ok(Ok(_))) {
             return None;
         }
         Some(
