@@ -112,6 +112,13 @@ pub fn kill(pid: i32, signal: i32) -> io::Result<()> {
     Ok(rustix::process::kill_process(pid, signal)?)
 }
 
+/// A file in memory only (memfd), closed on exec: a child's output can be written to it
+/// without a pipe that a process it leaves behind could hold open.
+pub fn memory_file(name: &str) -> io::Result<std::fs::File> {
+    let fd = rustix::fs::memfd_create(name, rustix::fs::MemfdFlags::CLOEXEC)?;
+    Ok(std::fs::File::from(fd))
+}
+
 /// Kills every process of the process group `group` (SIGKILL).
 pub fn kill_group(group: u32) -> io::Result<()> {
     let invalid = || io::Error::from(rustix::io::Errno::INVAL);

@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::Pod;
@@ -23,6 +23,10 @@ use super::local::{self, LocalRequest, LocalSample};
 use super::runtime::{self, RuntimeView};
 use super::types::{FsStats, Time};
 use super::{Scope, StatsError, StatsProvider};
+
+/// How long a claim or CSI volume's reading is reused (the stats provider's own du cache
+/// keeps its walks as long).
+const CLAIMED_TTL: Duration = Duration::from_secs(30);
 
 /// /proc and cgroupfs never block for long; this only guards against the unexpected.
 const LOCAL_READ_WAIT: Duration = Duration::from_secs(5);
@@ -306,15 +310,37 @@ impl StatsProvider {
         let Some(claimed) = &self.claimed else {
             return Vec::new();
         };
-        let wanted: Vec<PodVolume> = claimed
-            .volumes
-            .all()
+        let all = claimed.volumes.all();
+        let now = Instant::now();
+        let cached: Vec<Option<VolumeStats>> = {
+            let mut readings = self
+                .claimed_readings
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let set_up: HashSet<(&str, &str)> = all
+                .iter()
+                .map(|v| (v.pod_uid.as_str(), v.volume.as_str()))
+                .collect();
+            readings.retain(|(uid, volume), _| set_up.contains(&(uid.as_str(), volume.as_str())));
+            all.iter()
+                .map(|v| {
+                    let key = (v.pod_uid.clone(), v.volume.clone());
+                    let (at, stats) = readings.get(&key)?;
+                    (now.duration_since(*at) < CLAIMED_TTL).then_some(*stats)
+                })
+                .collect()
+        };
+        let (wanted, cached): (Vec<PodVolume>, Vec<Option<VolumeStats>>) = all
             .into_iter()
-            .filter(|v| pods.is_none_or(|p| p.contains(v.pod_uid.as_str())))
-            .collect();
-        let read = join_all(wanted.iter().map(|v| async move {
+            .zip(cached)
+            .filter(|(v, _)| pods.is_none_or(|p| p.contains(v.pod_uid.as_str())))
+            .unzip();
+        let read = join_all(wanted.iter().zip(&cached).map(|(v, hit)| async move {
+            if hit.is_some() {
+                return *hit;
+            }
             let path = &v.in_place.path;
-            match &v.in_place.measured_by {
+            let stats = match &v.in_place.measured_by {
                 MeasuredBy::Nothing => None,
                 MeasuredBy::StatFs => self.statvfs(path).await.map(|i| VolumeStats {
                     available_bytes: Some(i.available),
@@ -328,7 +354,14 @@ impl StatsProvider {
                     let drivers = claimed.drivers.as_deref()?;
                     crate::volume::csi::usage::volume_stats(drivers, driver, handle, path).await
                 }
-            }
+            }?;
+            let key = (v.pod_uid.clone(), v.volume.clone());
+            let mut readings = self
+                .claimed_readings
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            readings.insert(key, (Instant::now(), stats));
+            Some(stats)
         }))
         .await;
         wanted

@@ -90,7 +90,13 @@ pub struct StatsProvider {
     psi: bool,
     /// The pods' claim and inline CSI volumes, and the drivers that measure CSI ones.
     claimed: Option<ClaimedVolumes>,
+    /// Their last readings by (pod UID, volume), reused for a while as upstream reuses its
+    /// volume stats, so that the Summary, /metrics and /metrics/cadvisor do not each call
+    /// every CSI driver; entries of volumes no longer set up are dropped.
+    claimed_readings: Mutex<HashMap<(String, String), (std::time::Instant, ClaimedStats)>>,
 }
+
+type ClaimedStats = crate::volume::csi::client::VolumeStats;
 
 /// Where the claim and inline CSI volumes the volume manager set up are read from.
 #[derive(Clone)]
@@ -122,6 +128,7 @@ impl StatsProvider {
             no_sandbox_stats: AtomicBool::new(false),
             psi: true,
             claimed: None,
+            claimed_readings: Mutex::default(),
         }
     }
 

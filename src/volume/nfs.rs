@@ -5,7 +5,7 @@
 //! which on a node without the helper names the missing `mount.<type>` program; nothing of a
 //! failed mount stays.
 
-use std::io::Read;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -73,21 +73,23 @@ struct Failed {
 }
 
 /// Runs `program` with `args`, its output combined, within `timeout`: after it, the program
-/// and whatever it started are killed (its own process group), and their output is not waited
-/// for.
+/// and whatever it started are killed (its own process group). The output goes to a file in
+/// memory, not a pipe, so a process the program leaves behind cannot hold the read open.
 fn run(program: &str, args: &[String], timeout: Duration) -> Result<(), Failed> {
     use std::os::unix::process::CommandExt;
+    let failed = |e: std::io::Error| Failed {
+        status: e.to_string(),
+        output: String::new(),
+    };
+    let mut out = crate::sys::memory_file("mount-output").map_err(failed)?;
     let mut child = Command::new(program)
         .args(args)
         .process_group(0)
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(out.try_clone().map_err(failed)?)
+        .stderr(out.try_clone().map_err(failed)?)
         .spawn()
-        .map_err(|e| Failed {
-            status: e.to_string(),
-            output: String::new(),
-        })?;
+        .map_err(failed)?;
     let deadline = Instant::now() + timeout;
     let status = loop {
         match child.try_wait() {
@@ -104,25 +106,18 @@ fn run(program: &str, args: &[String], timeout: Duration) -> Result<(), Failed> 
             }
         }
     };
-    let mut output = String::new();
-    for pipe in [
-        child.stdout.take().map(|p| Box::new(p) as Box<dyn Read>),
-        child.stderr.take().map(|p| Box::new(p) as Box<dyn Read>),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        // Bounded: a helper's complaint is a line or two.
-        let _ = pipe.take(64 * 1024).read_to_string(&mut output);
-    }
     if status.success() {
         return Ok(());
     }
+    // Bounded: a helper's complaint is a line or two.
+    let mut raw = Vec::new();
+    let _ = out.seek(SeekFrom::Start(0));
+    let _ = out.take(64 * 1024).read_to_end(&mut raw);
     Err(Failed {
         status: status
             .code()
             .map_or_else(|| format!("{status}"), |c| format!("exit status {c}")),
-        output,
+        output: String::from_utf8_lossy(&raw).into_owned(),
     })
 }
 

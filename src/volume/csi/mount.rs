@@ -83,6 +83,11 @@ pub fn attachment_name(handle: &str, driver: &str, node: &str) -> String {
     format!("csi-{}", sha256_hex(&format!("{handle}{driver}{node}")))
 }
 
+/// `csi-<sha256(pod UID + volume name)>`, the handle upstream gives a pod's inline volume.
+pub fn inline_handle(pod_uid: &str, volume: &str) -> String {
+    format!("csi-{}", sha256_hex(&format!("{pod_uid}{volume}")))
+}
+
 fn sha256_hex(s: &str) -> String {
     hex::encode(ring::digest::digest(&ring::digest::SHA256, s.as_bytes()))
 }

@@ -14,7 +14,7 @@ use kube::api::Api;
 use super::claims::Bound;
 use crate::volume::FailureKind;
 use crate::volume::csi::api::volume_capability::access_mode::Mode;
-use crate::volume::csi::mount::{CsiVolume, Lifecycle, attachment_name};
+use crate::volume::csi::mount::{CsiVolume, Lifecycle, attachment_name, inline_handle};
 
 /// The CSIDriver's settings the kubelet acts on.
 struct DriverPolicy {
@@ -140,11 +140,11 @@ pub async fn prepare_inline(
             name: Some(r.name.clone()),
             namespace: Some(namespace.to_string()),
         });
-    let publish_secrets = match (client, &secret_ref) {
-        (Some(client), Some(_)) => secrets(client, secret_ref.as_ref(), "NodePublishSecretRef")
+    let publish_secrets = match client {
+        Some(client) => secrets(client, secret_ref.as_ref(), "NodePublishSecretRef")
             .await
             .map_err(|reason| (FailureKind::SetUp, reason))?,
-        _ => HashMap::new(),
+        None => HashMap::new(),
     };
     let mut volume_context: HashMap<String, String> = source
         .volume_attributes
@@ -175,15 +175,6 @@ pub async fn prepare_inline(
         mount_group: fs_group,
         lifecycle: Lifecycle::Ephemeral,
     })
-}
-
-/// `csi-<sha256(pod UID + volume name)>`, upstream's handle of an inline volume.
-fn inline_handle(pod_uid: &str, volume: &str) -> String {
-    let digest = ring::digest::digest(
-        &ring::digest::SHA256,
-        format!("{pod_uid}{volume}").as_bytes(),
-    );
-    format!("csi-{}", hex::encode(digest))
 }
 
 /// Whether the driver takes inline volumes, in upstream's words when it does not.
