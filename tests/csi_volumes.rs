@@ -113,7 +113,10 @@ async fn wait_call(driver: &TestDriver, op: &str, path_part: &str) -> csi_driver
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::await_holding_lock)]
 async fn csi_volumes_are_staged_published_and_torn_down() {
+    // Kubelets sharing one containerd remove each other's pods.
+    let _guard = serial();
     use std::os::unix::fs::MetadataExt;
     let (client, pods) = default_pods(&[WRITER, ATTACHED, SURVIVOR]).await;
     let csidrivers: Api<CSIDriver> = Api::all(client.clone());
@@ -360,7 +363,10 @@ async fn csi_volumes_are_staged_published_and_torn_down() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::await_holding_lock)]
 async fn inline_csi_volumes_live_and_go_with_their_pod() {
+    // Kubelets sharing one containerd remove each other's pods.
+    let _guard = serial();
     let (client, pods) = default_pods(&[INLINE, REFUSED]).await;
     let csidrivers: Api<CSIDriver> = Api::all(client.clone());
     let none = DeleteParams::default();
