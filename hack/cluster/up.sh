@@ -332,6 +332,14 @@ ensure_component() {
 	pid=$!
 	echo "$pid" >"$CL_RUN/$component.pid"
 	printf '%s\n' "$wanted" >"$argsfile"
+	# Until its exec lands the fork shows this script's command line, which under load took
+	# longer than the wait below ("exited at once" for a process that ran, in an empty-cache CI
+	# run): up to 5 s for it, then the component must still run a moment later.
+	local waited=0
+	while [[ -e "/proc/$pid" ]] && ! cl_running_pid "$component" >/dev/null && ((waited < 50)); do
+		sleep 0.1
+		waited=$((waited + 1))
+	done
 	sleep 0.3
 	if ! cl_running_pid "$component" >/dev/null; then
 		tail -n 30 "$log" >&2 || true
