@@ -46,6 +46,17 @@ pub struct InvolvedObject {
     pub uid: String,
 }
 
+impl InvolvedObject {
+    fn of(kind: &'static str, meta: &ObjectMeta) -> Self {
+        InvolvedObject {
+            kind,
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            name: meta.name.clone().unwrap_or_default(),
+            uid: meta.uid.clone().unwrap_or_default(),
+        }
+    }
+}
+
 /// One event as the recorder saw it.
 #[derive(Clone, Debug)]
 pub struct EventRecord {
@@ -76,14 +87,24 @@ impl EventRecorder {
     }
 
     pub fn pod(&self, pod: &Pod, kind: EventType, reason: &str, message: &str) {
-        let meta = &pod.metadata;
         self.record(
-            InvolvedObject {
-                kind: "Pod",
-                namespace: meta.namespace.clone().unwrap_or_default(),
-                name: meta.name.clone().unwrap_or_default(),
-                uid: meta.uid.clone().unwrap_or_default(),
-            },
+            InvolvedObject::of("Pod", &pod.metadata),
+            kind,
+            reason,
+            message,
+        );
+    }
+
+    /// An event about a PersistentVolumeClaim (its volume grew, or could not).
+    pub fn claim(
+        &self,
+        claim: &k8s_openapi::api::core::v1::PersistentVolumeClaim,
+        kind: EventType,
+        reason: &str,
+        message: &str,
+    ) {
+        self.record(
+            InvolvedObject::of("PersistentVolumeClaim", &claim.metadata),
             kind,
             reason,
             message,

@@ -231,9 +231,10 @@ args_kube_apiserver() {
 		--enable-admission-plugins=NodeRestriction
 		--enable-bootstrap-token-auth=true
 		--allow-privileged=true
-		# pods/ephemeralcontainers (kubectl debug) and generic ephemeral volumes are alpha in
+		# pods/ephemeralcontainers (kubectl debug), generic ephemeral volumes and the CSIDriver
+		# fields requiresRepublish and tokenRequests (dropped without the gate) are alpha in
 		# v1.20.
-		--feature-gates=EphemeralContainers=true,GenericEphemeralVolume=true
+		--feature-gates=EphemeralContainers=true,GenericEphemeralVolume=true,CSIServiceAccountToken=true
 		--service-cluster-ip-range="$KRS_CL_SERVICE_CIDR"
 		--service-account-issuer="https://kubernetes.default.svc.$KRS_CL_DNS_DOMAIN"
 		--service-account-key-file="$CL_PKI/sa.pub"

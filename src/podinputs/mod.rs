@@ -200,6 +200,20 @@ impl PodInputSource {
             .await?)
     }
 
+    /// A token for the pod's service account and the time it expires.
+    pub async fn token_and_expiry(
+        &self,
+        pod: &Pod,
+        audience: &str,
+        expiration_seconds: i64,
+    ) -> Result<(String, std::time::SystemTime), InputError> {
+        let client = self.client.as_ref().ok_or(InputError::NoApiServer)?;
+        Ok(self
+            .tokens
+            .token_and_expiry(client, pod, audience, expiration_seconds)
+            .await?)
+    }
+
     /// Drops what is kept for the pod (its tokens, and the watches only it used), at teardown.
     pub fn forget_pod(&self, uid: &str) {
         self.tokens.forget_pod(uid);

@@ -88,6 +88,31 @@ impl TokenCache {
         expiration_seconds: i64,
         now: SystemTime,
     ) -> Result<String, TokenError> {
+        self.token_and_expiry_at(client, pod, audience, expiration_seconds, now)
+            .await
+            .map(|(token, _)| token)
+    }
+
+    /// `token` with the time it expires, as a CSI driver's `serviceAccount.tokens` tells it.
+    pub async fn token_and_expiry(
+        &self,
+        client: &kube::Client,
+        pod: &Pod,
+        audience: &str,
+        expiration_seconds: i64,
+    ) -> Result<(String, SystemTime), TokenError> {
+        self.token_and_expiry_at(client, pod, audience, expiration_seconds, SystemTime::now())
+            .await
+    }
+
+    async fn token_and_expiry_at(
+        &self,
+        client: &kube::Client,
+        pod: &Pod,
+        audience: &str,
+        expiration_seconds: i64,
+        now: SystemTime,
+    ) -> Result<(String, SystemTime), TokenError> {
         let meta = &pod.metadata;
         let service_account = pod
             .spec
@@ -107,7 +132,7 @@ impl TokenCache {
         if let Some(c) = cached
             && !requires_refresh(c.expires, ttl, now)
         {
-            return Ok(c.token);
+            return Ok((c.token, c.expires));
         }
         let request = TokenRequest {
             spec: TokenRequestSpec {
@@ -142,7 +167,7 @@ impl TokenCache {
                 expires,
             },
         );
-        Ok(status.token)
+        Ok((status.token, expires))
     }
 }
 

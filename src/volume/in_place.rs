@@ -26,6 +26,10 @@ pub struct InPlace {
     /// The claim (namespace, name) behind it, for `pvcRef` and the volume metrics' labels.
     pub claim: Option<(String, String)>,
     pub measured_by: MeasuredBy,
+    /// A claim's CSI volume, which grows when its claim does.
+    pub expandable: Option<std::sync::Arc<super::csi::expand::Expandable>>,
+    /// Its driver asks to be called again on each sync (`requiresRepublish`).
+    pub republish: bool,
 }
 
 /// One pod's volume, as [`InPlaceVolumes::all`] lists them.

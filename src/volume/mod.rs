@@ -6,13 +6,16 @@
 //! The volumes the kubelet writes itself (configMap, secret, downwardAPI, projected) are
 //! rewritten on every sync, atomically and only when their contents changed, so updates to the
 //! objects and to the pod's labels and annotations reach running containers within a sync
-//! period, as upstream's remount does.
+//! period, as upstream's remount does. Claim and inline CSI volumes are set up once per pod
+//! (`in_place`); on later syncs a claim's CSI volume is only checked for growth (`expansion`)
+//! and a driver that asks for it (`requiresRepublish`) is published to again.
 
 pub mod atomic_writer;
 pub mod contents;
 pub mod csi;
 pub mod empty_dir;
 pub mod etc_hosts;
+mod expansion;
 pub mod host_path;
 pub mod image;
 pub mod in_place;
@@ -39,7 +42,7 @@ use empty_dir::Medium;
 use in_place::{InPlace, InPlaceVolumes};
 pub(crate) use plan::FailureKind;
 use plan::{
-    Applied, Failure, Measured, Plan, apply, csi_measured, has_copy, kind_name, measured_by,
+    Applied, Failure, Kept, Plan, apply, csi_measured, has_copy, kind_name, measured_by,
     written_plugin,
 };
 pub use teardown::{release_volumes, remove_pod_dir};
@@ -164,6 +167,8 @@ pub struct VolumeManager {
     node_name: String,
     /// The claim and inline CSI volumes set up for each pod, which later syncs reuse.
     in_place: Arc<InPlaceVolumes>,
+    /// The online growth of claims' CSI volumes, once CSI drivers can be had.
+    expansions: Option<Arc<expansion::Expansions>>,
 }
 
 impl VolumeManager {
@@ -182,11 +187,18 @@ impl VolumeManager {
             csi_drivers: None,
             node_name: String::new(),
             in_place: Arc::default(),
+            expansions: None,
         }
     }
 
     /// Mounts CSI volumes with the drivers registered in `drivers`, for node `node_name`.
     pub fn with_csi(mut self, drivers: Arc<csi::Drivers>, node_name: &str) -> Self {
+        self.expansions = Some(Arc::new(expansion::Expansions::new(
+            self.inputs.client().cloned(),
+            drivers.clone(),
+            self.root_dir.clone(),
+            self.events.clone(),
+        )));
         self.csi_drivers = Some(drivers);
         self.node_name = node_name.to_string();
         self
@@ -244,14 +256,39 @@ impl VolumeManager {
                     read_only: false,
                 }
             } else if let Some(claim) = persistent::claims::ClaimRef::of(pod, v) {
-                if in_place.contains_key(&v.name) {
-                    once.insert(v.name.clone(), None);
-                    continue;
+                if let Some(kept) = in_place.get(&v.name) {
+                    if let (Some(e), Some(expansions)) = (&kept.expandable, &self.expansions) {
+                        expansions.check(pod, &v.name, e, &kept.path);
+                    }
+                    if !kept.republish {
+                        once.insert(v.name.clone(), None);
+                        continue;
+                    }
                 }
                 let resolved =
                     persistent::resolve(self.inputs.client(), pod, &v.name, &claim).await;
+                if let persistent::Resolved::Failed { shown, reason, .. } = &resolved
+                    && in_place.contains_key(&v.name)
+                {
+                    warn!(volume = %shown, %reason, "Could not prepare the volume again to republish it; the pod keeps it");
+                    once.insert(v.name.clone(), None);
+                    continue;
+                }
                 let claim = (namespace.to_string(), claim.source.claim_name);
-                once.insert(v.name.clone(), Some((Some(claim), measured_by(&resolved))));
+                let (expandable, republish) = match &resolved {
+                    persistent::Resolved::Csi(vol) => (
+                        csi::expand::Expandable::of(vol, claim.clone()).map(Arc::new),
+                        vol.requires_republish,
+                    ),
+                    _ => (None, false),
+                };
+                let kept = Kept {
+                    claim: Some(claim),
+                    measured_by: measured_by(&resolved),
+                    expandable,
+                    republish,
+                };
+                once.insert(v.name.clone(), Some(kept));
                 match resolved {
                     persistent::Resolved::Csi(vol) if self.csi_drivers.is_some() => {
                         csi_volumes.push((v.name.clone(), *vol));
@@ -260,14 +297,27 @@ impl VolumeManager {
                     other => Plan::Resolved(other),
                 }
             } else if let Some(source) = &v.csi {
-                if in_place.contains_key(&v.name) {
+                if in_place.get(&v.name).is_some_and(|kept| !kept.republish) {
                     once.insert(v.name.clone(), None);
                     continue;
                 }
                 let client = self.inputs.client();
                 let prepared = persistent::csi::prepare_inline(client, pod, &v.name, source).await;
+                if let Err((_, reason)) = &prepared
+                    && in_place.contains_key(&v.name)
+                {
+                    warn!(volume = %v.name, %reason, "Could not prepare the volume again to republish it; the pod keeps it");
+                    once.insert(v.name.clone(), None);
+                    continue;
+                }
                 if let Ok(vol) = &prepared {
-                    once.insert(v.name.clone(), Some((None, csi_measured(vol))));
+                    let kept = Kept {
+                        claim: None,
+                        measured_by: csi_measured(vol),
+                        expandable: None,
+                        republish: vol.requires_republish,
+                    };
+                    once.insert(v.name.clone(), Some(kept));
                 }
                 match prepared {
                     Ok(vol) if self.csi_drivers.is_some() => {
@@ -356,8 +406,17 @@ impl VolumeManager {
             .map_err(|e| VolumeError::Blocking(e.to_string()))?;
         if let Some(drivers) = &self.csi_drivers {
             for (name, vol) in csi_volumes {
-                self.set_up_csi(drivers, pod, &pod_dir, &name, vol, &mut applied)
-                    .await;
+                let republishing = in_place.contains_key(&name);
+                self.set_up_csi(
+                    drivers,
+                    pod,
+                    &pod_dir,
+                    &name,
+                    vol,
+                    republishing,
+                    &mut applied,
+                )
+                .await;
             }
         }
         self.keep_in_place(uid, once, &in_place, &mut applied);
@@ -399,7 +458,7 @@ impl VolumeManager {
     fn keep_in_place(
         &self,
         uid: &str,
-        once: BTreeMap<String, Option<Measured>>,
+        once: BTreeMap<String, Option<Kept>>,
         in_place: &BTreeMap<String, InPlace>,
         applied: &mut Applied,
     ) {
@@ -412,12 +471,14 @@ impl VolumeManager {
                 }
                 continue;
             }
-            if let (Some(path), Some((claim, measured_by))) = (applied.volumes.path(&name), how) {
+            if let (Some(path), Some(how)) = (applied.volumes.path(&name), how) {
                 let kept = InPlace {
                     path: path.to_path_buf(),
                     read_only: applied.volumes.read_only(&name),
-                    claim,
-                    measured_by,
+                    claim: how.claim,
+                    measured_by: how.measured_by,
+                    expandable: how.expandable,
+                    republish: how.republish,
                 };
                 set_up.insert(name, kept);
             }
@@ -428,28 +489,50 @@ impl VolumeManager {
     fn forget_pod(&self, uid: &str) {
         self.inputs.forget_pod(uid);
         self.in_place.forget(uid);
+        if let Some(expansions) = &self.expansions {
+            expansions.forget(uid);
+        }
     }
 
     /// Stages and publishes one CSI volume, then gives it to the fsGroup when the driver's
-    /// policy says the kubelet should.
+    /// policy says the kubelet should. `republishing`: the pod has it already (its driver asks
+    /// to be called on each sync), and keeps it whatever this call gives.
+    #[allow(clippy::too_many_arguments)]
     async fn set_up_csi(
         &self,
         drivers: &csi::Drivers,
         pod: &Pod,
         pod_dir: &Path,
         name: &str,
-        vol: csi::mount::CsiVolume,
+        mut vol: csi::mount::CsiVolume,
+        republishing: bool,
         applied: &mut Applied,
     ) {
         let shown = vol.name.clone();
-        let result =
-            csi::mount::set_up(drivers, &self.root_dir, pod_dir, &self.node_name, &vol).await;
         let failure = |kind: FailureKind, reason: String| Failure {
             volume: shown.clone(),
             reason,
-            stale_copy_in_use: false,
+            stale_copy_in_use: republishing,
             kind,
         };
+        if !vol.token_requests.is_empty() {
+            match self.service_account_tokens(pod, &vol.token_requests).await {
+                Ok(tokens) => {
+                    vol.volume_context
+                        .insert(csi::SERVICE_ACCOUNT_TOKENS.to_string(), tokens);
+                }
+                Err(e) => {
+                    // Upstream's words, its spelling too.
+                    let reason = format!(
+                        "kubernetes.io/csi: mounter.SetUpAt failed to get service accoount token attributes: {e}"
+                    );
+                    applied.failures.push(failure(FailureKind::SetUp, reason));
+                    return;
+                }
+            }
+        }
+        let result =
+            csi::mount::set_up(drivers, &self.root_dir, pod_dir, &self.node_name, &vol).await;
         match result {
             Ok(csi::mount::Published { target, group_done }) => {
                 if vol.read_only {
@@ -481,6 +564,34 @@ impl VolumeManager {
                 applied.failures.push(failure(FailureKind::SetUp, reason));
             }
         }
+    }
+
+    /// The tokens a CSI driver asked for in its CSIDriver object (`tokenRequests`), as
+    /// upstream hands them over: JSON of audience → {token, expirationTimestamp}.
+    async fn service_account_tokens(
+        &self,
+        pod: &Pod,
+        requests: &[(String, i64)],
+    ) -> Result<String, crate::podinputs::InputError> {
+        use k8s_openapi::api::authentication::v1::TokenRequestStatus;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let mut tokens = BTreeMap::new();
+        for (audience, seconds) in requests {
+            let (token, expires) = self
+                .inputs
+                .token_and_expiry(pod, audience, *seconds)
+                .await?;
+            let expiration_timestamp =
+                Time(jiff::Timestamp::try_from(expires).unwrap_or(jiff::Timestamp::UNIX_EPOCH));
+            tokens.insert(
+                audience.clone(),
+                TokenRequestStatus {
+                    token,
+                    expiration_timestamp,
+                },
+            );
+        }
+        Ok(serde_json::to_string(&tokens).unwrap_or_default())
     }
 
     /// Unpublishes (and, for the last user, unstages) the pod's CSI volumes.

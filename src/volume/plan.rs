@@ -232,8 +232,14 @@ pub(super) fn apply(pod_dir: &Path, plans: Vec<(String, Plan)>, own: Ownership) 
     out
 }
 
-/// A volume's claim (namespace, name), if any, and how its usage is read.
-pub(super) type Measured = (Option<(String, String)>, MeasuredBy);
+/// What a claim or inline CSI volume set up once per pod keeps: its claim (namespace, name),
+/// if any, how its usage is read, and how it grows when its claim does.
+pub(super) struct Kept {
+    pub claim: Option<(String, String)>,
+    pub measured_by: MeasuredBy,
+    pub expandable: Option<std::sync::Arc<csi::expand::Expandable>>,
+    pub republish: bool,
+}
 
 /// How the stats provider reads a claim's volume, as upstream's plugin of its kind does.
 pub(super) fn measured_by(resolved: &persistent::Resolved) -> MeasuredBy {

@@ -30,6 +30,8 @@ pub struct Options {
     pub topology: HashMap<String, String>,
     /// Whether it offers STAGE_UNSTAGE_VOLUME.
     pub stage: bool,
+    /// Whether it offers EXPAND_VOLUME.
+    pub expand: bool,
 }
 
 impl Options {
@@ -42,6 +44,7 @@ impl Options {
             max_volumes: 0,
             topology: HashMap::new(),
             stage: true,
+            expand: false,
         }
     }
 }
@@ -50,8 +53,9 @@ impl Options {
 pub type Verdicts = Arc<Mutex<Vec<(bool, String)>>>;
 
 /// One Node service call: its name, the volume, the path it was given (target or staging)
-/// and, for publishing, the volume context and whether read-only.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// and, for publishing, the volume context and whether read-only; for expanding, the size
+/// asked for and the staging path.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Call {
     pub op: &'static str,
     pub volume: String,
@@ -59,6 +63,8 @@ pub struct Call {
     pub context: HashMap<String, String>,
     pub read_only: bool,
     pub publish_context: HashMap<String, String>,
+    pub bytes: i64,
+    pub staging: String,
 }
 
 pub type Calls = Arc<Mutex<Vec<Call>>>;
@@ -248,6 +254,9 @@ impl csi::node_server::Node for Driver {
         if self.opts.stage {
             capabilities.push(rpc(RpcType::StageUnstageVolume));
         }
+        if self.opts.expand {
+            capabilities.push(rpc(RpcType::ExpandVolume));
+        }
         Ok(Response::new(csi::NodeGetCapabilitiesResponse {
             capabilities,
         }))
@@ -268,6 +277,7 @@ impl csi::node_server::Node for Driver {
             context: r.volume_context,
             read_only: false,
             publish_context: r.publish_context,
+            ..Default::default()
         });
         Ok(Response::new(csi::NodeStageVolumeResponse {}))
     }
@@ -285,6 +295,7 @@ impl csi::node_server::Node for Driver {
             context: HashMap::new(),
             read_only: false,
             publish_context: HashMap::new(),
+            ..Default::default()
         });
         Ok(Response::new(csi::NodeUnstageVolumeResponse {}))
     }
@@ -309,6 +320,7 @@ impl csi::node_server::Node for Driver {
             context: r.volume_context,
             read_only: r.readonly,
             publish_context: r.publish_context,
+            ..Default::default()
         });
         Ok(Response::new(csi::NodePublishVolumeResponse {}))
     }
@@ -327,8 +339,29 @@ impl csi::node_server::Node for Driver {
             context: HashMap::new(),
             read_only: false,
             publish_context: HashMap::new(),
+            ..Default::default()
         });
         Ok(Response::new(csi::NodeUnpublishVolumeResponse {}))
+    }
+
+    /// Records the size asked for: a folder-backed volume has no size of its own to grow.
+    async fn node_expand_volume(
+        &self,
+        req: Request<csi::NodeExpandVolumeRequest>,
+    ) -> Result<Response<csi::NodeExpandVolumeResponse>, Status> {
+        let r = req.into_inner();
+        let bytes = r.capacity_range.map(|c| c.required_bytes).unwrap_or(0);
+        self.record(Call {
+            op: "NodeExpandVolume",
+            volume: r.volume_id,
+            path: r.volume_path,
+            bytes,
+            staging: r.staging_target_path,
+            ..Default::default()
+        });
+        Ok(Response::new(csi::NodeExpandVolumeResponse {
+            capacity_bytes: bytes,
+        }))
     }
 
     async fn node_get_info(

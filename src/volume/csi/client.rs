@@ -23,6 +23,7 @@ pub struct NodeCapabilities {
     pub stage_unstage: bool,
     pub volume_mount_group: bool,
     pub get_volume_stats: bool,
+    pub expand_volume: bool,
 }
 
 /// What NodeGetVolumeStats says of a published volume; a count the driver left out is None.
@@ -97,6 +98,7 @@ impl Client {
                 Ok(Rpc::StageUnstageVolume) => caps.stage_unstage = true,
                 Ok(Rpc::VolumeMountGroup) => caps.volume_mount_group = true,
                 Ok(Rpc::GetVolumeStats) => caps.get_volume_stats = true,
+                Ok(Rpc::ExpandVolume) => caps.expand_volume = true,
                 _ => {}
             }
         }
@@ -131,6 +133,15 @@ impl Client {
         req: api::NodePublishVolumeRequest,
     ) -> Result<(), CsiError> {
         call("NodePublishVolume", self.node.node_publish_volume(req))
+            .await
+            .map(drop)
+    }
+
+    pub async fn node_expand_volume(
+        &mut self,
+        req: api::NodeExpandVolumeRequest,
+    ) -> Result<(), CsiError> {
+        call("NodeExpandVolume", self.node.node_expand_volume(req))
             .await
             .map(drop)
     }

@@ -2,11 +2,13 @@
 //! through the plugin manager (`crate::pluginmanager`); `registration` checks and records them,
 //! publishes what they say about the node (`nodeinfo`: the CSINode object and the Node's
 //! annotation and topology labels), and `drivers` tells the volume manager where each one
-//! listens. `client` speaks to a driver's Identity and Node services.
+//! listens. `client` speaks to a driver's Identity and Node services; `mount` stages,
+//! publishes and tears down, `expand` grows a published volume, `usage` reads its stats.
 
 pub mod api;
 pub mod client;
 pub mod drivers;
+pub mod expand;
 pub mod mount;
 pub mod nodeinfo;
 pub mod registration;
@@ -14,6 +16,9 @@ pub mod usage;
 mod version;
 
 pub use drivers::Drivers;
+
+/// The volume context key of the service account tokens a driver asked for.
+pub const SERVICE_ACCOUNT_TOKENS: &str = "csi.storage.k8s.io/serviceAccount.tokens";
 pub use registration::Registration;
 
 /// What went wrong talking to a driver or publishing it.

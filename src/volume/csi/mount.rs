@@ -76,6 +76,12 @@ pub struct CsiVolume {
     /// Passed to a driver that offers VOLUME_MOUNT_GROUP.
     pub mount_group: Option<u32>,
     pub lifecycle: Lifecycle,
+    /// The driver's CSIDriver object asks for NodePublishVolume on every sync of the pod
+    /// (`requiresRepublish`), to hand it fresh tokens.
+    pub requires_republish: bool,
+    /// (audience, expirationSeconds) of the service account tokens the driver is given in
+    /// the volume context (`tokenRequests`).
+    pub token_requests: Vec<(String, i64)>,
 }
 
 /// `csi-<sha256(handle, driver, node)>`, the VolumeAttachment's name upstream derives.
@@ -146,7 +152,8 @@ pub async fn set_up(
     vol: &CsiVolume,
 ) -> Result<Published, SetUpError> {
     let target = target_path(pod_dir, &vol.name);
-    if is_mount_point(&target) {
+    let republish = is_mount_point(&target);
+    if republish && !vol.requires_republish {
         return Ok(Published {
             target,
             group_done: true,
@@ -223,11 +230,11 @@ pub async fn set_up(
     }
     Ok(Published {
         target,
-        group_done: caps.volume_mount_group && vol.mount_group.is_some(),
+        group_done: republish || (caps.volume_mount_group && vol.mount_group.is_some()),
     })
 }
 
-fn capability(vol: &CsiVolume, mount_group: bool) -> api::VolumeCapability {
+pub(super) fn capability(vol: &CsiVolume, mount_group: bool) -> api::VolumeCapability {
     use api::volume_capability::{AccessMode, AccessType, MountVolume};
     api::VolumeCapability {
         access_type: Some(AccessType::Mount(MountVolume {

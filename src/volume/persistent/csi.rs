@@ -23,6 +23,9 @@ struct DriverPolicy {
     fs_group_policy: String,
     /// The lifecycle modes the object lists; None when the driver has no CSIDriver object.
     lifecycle_modes: Option<Vec<String>>,
+    requires_republish: bool,
+    /// (audience, expirationSeconds) of the tokens the driver is given.
+    token_requests: Vec<(String, i64)>,
 }
 
 impl DriverPolicy {
@@ -106,6 +109,8 @@ pub async fn prepare(
         publish_secrets,
         mount_group: fs_group,
         lifecycle: Lifecycle::Persistent,
+        requires_republish: policy.requires_republish,
+        token_requests: policy.token_requests,
     })
 }
 
@@ -129,6 +134,8 @@ pub async fn prepare_inline(
             pod_info_on_mount: false,
             fs_group_policy: String::new(),
             lifecycle_modes: None,
+            requires_republish: false,
+            token_requests: Vec::new(),
         },
     };
     supports_ephemeral(&source.driver, policy.lifecycle_modes.as_deref()).map_err(new_mounter)?;
@@ -174,6 +181,8 @@ pub async fn prepare_inline(
         publish_secrets,
         mount_group: fs_group,
         lifecycle: Lifecycle::Ephemeral,
+        requires_republish: policy.requires_republish,
+        token_requests: policy.token_requests,
     })
 }
 
@@ -215,6 +224,18 @@ async fn driver_policy(client: &kube::Client, driver: &str) -> Result<DriverPoli
         fs_group_policy: spec
             .fs_group_policy
             .unwrap_or_else(|| "ReadWriteOnceWithFSType".to_string()),
+        requires_republish: spec.requires_republish.unwrap_or(false),
+        token_requests: spec
+            .token_requests
+            .unwrap_or_default()
+            .into_iter()
+            .map(|t| {
+                let seconds = t
+                    .expiration_seconds
+                    .unwrap_or(crate::podinputs::tokens::DEFAULT_EXPIRATION_SECONDS);
+                (t.audience, seconds)
+            })
+            .collect(),
     })
 }
 
@@ -355,6 +376,8 @@ mod tests {
             pod_info_on_mount: false,
             fs_group_policy: p.to_string(),
             lifecycle_modes: None,
+            requires_republish: false,
+            token_requests: Vec::new(),
         };
         assert!(policy("ReadWriteOnceWithFSType").applies_fs_group("ext4", true));
         assert!(!policy("ReadWriteOnceWithFSType").applies_fs_group("", true));
