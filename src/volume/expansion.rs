@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use tracing::{error, info, warn};
@@ -32,7 +33,7 @@ enum State {
 }
 
 pub struct Expansions {
-    client: Option<kube::Client>,
+    client: kube::Client,
     drivers: Arc<Drivers>,
     root_dir: PathBuf,
     events: EventRecorder,
@@ -40,15 +41,9 @@ pub struct Expansions {
     state: Mutex<HashMap<String, State>>,
 }
 
-/// The pod a check is for, as its events name it.
-struct PodRef {
-    pod: Pod,
-    key: String,
-}
-
 impl Expansions {
     pub fn new(
-        client: Option<kube::Client>,
+        client: kube::Client,
         drivers: Arc<Drivers>,
         root_dir: PathBuf,
         events: EventRecorder,
@@ -68,9 +63,6 @@ impl Expansions {
 
     /// Starts a check of the pod's `volume`, published at `target`, unless one runs.
     pub fn check(self: &Arc<Self>, pod: &Pod, volume: &str, e: &Arc<Expandable>, target: &Path) {
-        let Some(client) = self.client.clone() else {
-            return;
-        };
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         let key = format!("{uid}/{volume}");
         let gave_up = {
@@ -83,25 +75,23 @@ impl Expansions {
             state.insert(key.clone(), State::Checking);
             gave_up
         };
-        let pod = PodRef {
-            pod: Pod {
-                metadata: pod.metadata.clone(),
-                ..Default::default()
-            },
-            key,
+        // Only what its events name.
+        let pod = Pod {
+            metadata: pod.metadata.clone(),
+            ..Default::default()
         };
         let this = self.clone();
         let e = e.clone();
         let target = target.to_path_buf();
         tokio::spawn(async move {
-            let outcome = this.run(&client, &pod, &e, &target, gave_up).await;
+            let outcome = this.run(&pod, &e, &target, gave_up).await;
             let mut state = this.lock();
             // The pod may have gone meanwhile: its entry is not made again.
-            if let Some(s) = state.get_mut(&pod.key) {
+            if let Some(s) = state.get_mut(&key) {
                 match outcome.or(gave_up) {
                     Some(size) => *s = State::GaveUp(size),
                     None => {
-                        state.remove(&pod.key);
+                        state.remove(&key);
                     }
                 }
             }
@@ -117,16 +107,15 @@ impl Expansions {
     /// One check; the size given up on, if it gave up.
     async fn run(
         &self,
-        client: &kube::Client,
-        pod: &PodRef,
+        pod: &Pod,
         e: &Expandable,
         target: &Path,
         gave_up: Option<i64>,
     ) -> Option<i64> {
         let pv_name = &e.vol.name;
         let (namespace, claim_name) = &e.claim;
-        let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
-        let pvs: Api<PersistentVolume> = Api::all(client.clone());
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), namespace);
+        let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
         let read_both = async {
             let claim = read(claims.get(claim_name)).await?;
             let pv = read(pvs.get(pv_name)).await?;
@@ -139,15 +128,13 @@ impl Expansions {
                 return None;
             }
         };
-        let storage = |q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>| {
-            q.and_then(|q| parse_bytes(q).ok()).unwrap_or(0)
-        };
-        let new_size = storage(
-            pv.spec
-                .as_ref()
-                .and_then(|s| s.capacity.as_ref())
-                .and_then(|c| c.get("storage")),
-        );
+        let storage = |q: Option<&Quantity>| q.and_then(|q| parse_bytes(q).ok()).unwrap_or(0);
+        let pv_size = pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.capacity.as_ref())
+            .and_then(|c| c.get("storage"));
+        let new_size = storage(pv_size);
         let recorded = storage(
             claim
                 .status
@@ -165,7 +152,7 @@ impl Expansions {
             );
             warn!("{message}");
             self.both(
-                &pod.pod,
+                pod,
                 &claim,
                 EventType::Warning,
                 "FileSystemResizeFailed",
@@ -183,7 +170,7 @@ impl Expansions {
                 let message =
                     format!("NodeExpandVolume.NodeExpandVolume failed {for_volume} : {err}");
                 self.events
-                    .pod(&pod.pod, EventType::Warning, "VolumeResizeFailed", &message);
+                    .pod(pod, EventType::Warning, "VolumeResizeFailed", &message);
                 return None;
             }
         }
@@ -191,22 +178,16 @@ impl Expansions {
         let message = format!("MountVolume.NodeExpandVolume succeeded {for_volume} ");
         info!(volume = %pv_name, bytes = new_size, "MountVolume.NodeExpandVolume succeeded");
         self.both(
-            &pod.pod,
+            pod,
             &claim,
             EventType::Normal,
             "FileSystemResizeSuccessful",
             &message,
         );
-        let quantity = pv
-            .spec
-            .as_ref()
-            .and_then(|s| s.capacity.as_ref())
-            .and_then(|c| c.get("storage"))
-            .cloned();
         if let Err(err) = read(claims.patch_status(
             claim_name,
             &PatchParams::default(),
-            &Patch::Merge(resize_finished(&claim, quantity)),
+            &Patch::Merge(resize_finished(&claim, pv_size.cloned())),
         ))
         .await
         {
@@ -215,7 +196,7 @@ impl Expansions {
                 "NodeExpandVolume.NodeExpandVolume failed {for_volume} : MountVolume.NodeExpandVolume update PVC status failed : {err}"
             );
             self.events
-                .pod(&pod.pod, EventType::Warning, "VolumeResizeFailed", &message);
+                .pod(pod, EventType::Warning, "VolumeResizeFailed", &message);
         }
         None
     }
@@ -235,10 +216,7 @@ impl Expansions {
 
 /// The status patch of a finished resize: the claim's size is the volume's, and its resize
 /// conditions go (the others stay).
-fn resize_finished(
-    claim: &PersistentVolumeClaim,
-    size: Option<k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
-) -> serde_json::Value {
+fn resize_finished(claim: &PersistentVolumeClaim, size: Option<Quantity>) -> serde_json::Value {
     let status = claim.status.as_ref();
     let kept: Vec<_> = status
         .and_then(|s| s.conditions.as_ref())
@@ -256,7 +234,6 @@ fn resize_finished(
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{PersistentVolumeClaimCondition, PersistentVolumeClaimStatus};
-    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     fn claim_with(conditions: &[&str]) -> PersistentVolumeClaim {
         PersistentVolumeClaim {

@@ -167,7 +167,7 @@ pub struct VolumeManager {
     node_name: String,
     /// The claim and inline CSI volumes set up for each pod, which later syncs reuse.
     in_place: Arc<InPlaceVolumes>,
-    /// The online growth of claims' CSI volumes, once CSI drivers can be had.
+    /// The online growth of claims' CSI volumes, once CSI drivers can be had (none standalone).
     expansions: Option<Arc<expansion::Expansions>>,
 }
 
@@ -193,12 +193,15 @@ impl VolumeManager {
 
     /// Mounts CSI volumes with the drivers registered in `drivers`, for node `node_name`.
     pub fn with_csi(mut self, drivers: Arc<csi::Drivers>, node_name: &str) -> Self {
-        self.expansions = Some(Arc::new(expansion::Expansions::new(
-            self.inputs.client().cloned(),
-            drivers.clone(),
-            self.root_dir.clone(),
-            self.events.clone(),
-        )));
+        // Standalone there are no claims to grow.
+        self.expansions = self.inputs.client().map(|client| {
+            Arc::new(expansion::Expansions::new(
+                client.clone(),
+                drivers.clone(),
+                self.root_dir.clone(),
+                self.events.clone(),
+            ))
+        });
         self.csi_drivers = Some(drivers);
         self.node_name = node_name.to_string();
         self
