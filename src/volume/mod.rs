@@ -100,6 +100,11 @@ pub enum MountError {
     SubPathBacksteps(String),
     #[error("{0}")]
     SubPathExpr(String),
+    /// Upstream's words, which leave out the host paths.
+    #[error(
+        "failed to create subPath directory for volumeMount {mount:?} of container {container:?}"
+    )]
+    SubPathCreate { mount: String, container: String },
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,

@@ -40,7 +40,12 @@ fn expand_sub_path_expr(expr: &str, env: &HashMap<String, String>) -> Result<Str
 
 /// A subPath must stay inside its volume, also after following links a container may have
 /// planted there. The messages are upstream's.
-fn resolve_sub_path(base: &Path, mount: &str, sub_path: &str) -> Result<PathBuf, MountError> {
+fn resolve_sub_path(
+    base: &Path,
+    mount: &str,
+    container: &str,
+    sub_path: &str,
+) -> Result<PathBuf, MountError> {
     let sub = Path::new(sub_path);
     if sub.is_absolute() {
         return Err(MountError::SubPathAbsolute(sub_path.to_string()));
@@ -53,15 +58,17 @@ fn resolve_sub_path(base: &Path, mount: &str, sub_path: &str) -> Result<PathBuf,
         sub_path: sub_path.to_string(),
     };
     let path = base.join(sub);
-    if std::fs::symlink_metadata(&path).is_err() {
+    // Links followed, as upstream's PathExists: a link to nowhere is missing too.
+    if !path.exists() {
         // Created now, with the volume's own mode, so it does not appear later with whatever
         // the runtime would give it.
-        let mode = std::fs::metadata(base)
-            .map(|m| m.permissions().mode() & 0o7777)
-            .unwrap_or(0o755);
-        std::fs::create_dir_all(&path).map_err(io(&path))?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
-            .map_err(io(&path))?;
+        make_sub_dir(base, &path).map_err(|e| {
+            tracing::warn!(path = %path.display(), err = %e, "Could not create the subPath directory");
+            MountError::SubPathCreate {
+                mount: mount.to_string(),
+                container: container.to_string(),
+            }
+        })?;
     }
     let real_base = base.canonicalize().map_err(io(base))?;
     let real = path.canonicalize().map_err(io(&path))?;
@@ -69,6 +76,24 @@ fn resolve_sub_path(base: &Path, mount: &str, sub_path: &str) -> Result<PathBuf,
         return Err(bad());
     }
     Ok(path)
+}
+
+/// Creates `path` below `base` with `base`'s mode, refusing to create through a link that
+/// leads out of the volume (the deepest part that exists must resolve inside it).
+fn make_sub_dir(base: &Path, path: &Path) -> std::io::Result<()> {
+    let real_base = base.canonicalize()?;
+    let mut existing = path;
+    while !existing.exists() {
+        existing = existing.parent().unwrap_or(base);
+    }
+    if !existing.canonicalize()?.starts_with(&real_base) {
+        return Err(std::io::Error::other("a link leads out of the volume"));
+    }
+    let mode = std::fs::metadata(base)
+        .map(|m| m.permissions().mode() & 0o7777)
+        .unwrap_or(0o755);
+    std::fs::create_dir_all(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
 }
 
 fn propagation(mode: Option<&str>) -> api::MountPropagation {
@@ -99,7 +124,7 @@ pub fn container_mounts(
             None => m.sub_path.clone(),
         };
         let host = match sub_path.as_deref().filter(|s| !s.is_empty()) {
-            Some(sub) => resolve_sub_path(base, &m.name, sub)?,
+            Some(sub) => resolve_sub_path(base, &m.name, &container.name, sub)?,
             None => base.to_path_buf(),
         };
         mounts.push(api::Mount {
@@ -189,25 +214,46 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let base = root.path().join("v");
         std::fs::create_dir(&base).unwrap();
-        let err = resolve_sub_path(&base, "m", "a/../../etc").unwrap_err();
+        let err = resolve_sub_path(&base, "m", "c", "a/../../etc").unwrap_err();
         assert_eq!(
             err.to_string(),
             "unable to provision SubPath `a/../../etc`: must not contain '..'"
         );
-        let err = resolve_sub_path(&base, "m", "/etc").unwrap_err();
+        let err = resolve_sub_path(&base, "m", "c", "/etc").unwrap_err();
         assert_eq!(
             err.to_string(),
             "error SubPath `/etc` must not be an absolute path"
         );
         // A link a container left in its volume, pointing out of it.
         std::os::unix::fs::symlink("/etc", base.join("out")).unwrap();
-        let err = resolve_sub_path(&base, "m", "out").unwrap_err();
+        let err = resolve_sub_path(&base, "m", "c", "out").unwrap_err();
         assert!(err.to_string().contains("invalid subPath"), "{err}");
+        // A link to nothing outside, and a folder under a link that leads out: nothing is
+        // made outside, in upstream's words.
+        let outside = root.path().join("outside");
+        std::os::unix::fs::symlink(&outside, base.join("dangling")).unwrap();
+        std::fs::create_dir(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, base.join("through")).unwrap();
+        std::fs::remove_dir(&outside).unwrap();
+        for sub in ["dangling", "through/new"] {
+            let err = resolve_sub_path(&base, "m", "c", sub).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                "failed to create subPath directory for volumeMount \"m\" of container \"c\"",
+            );
+        }
+        std::fs::create_dir(&outside).unwrap();
+        let err = resolve_sub_path(&base, "m", "c", "through/new").unwrap_err();
+        assert!(
+            err.to_string().contains("failed to create subPath"),
+            "{err}"
+        );
+        assert!(!outside.join("new").exists());
         // Links that stay inside (the atomic writer's) are fine.
         std::fs::create_dir(base.join("..data")).unwrap();
         std::fs::write(base.join("..data/key"), "v").unwrap();
         std::os::unix::fs::symlink("..data/key", base.join("key")).unwrap();
-        assert!(resolve_sub_path(&base, "m", "key").is_ok());
+        assert!(resolve_sub_path(&base, "m", "c", "key").is_ok());
         let c = Container {
             name: "c".into(),
             volume_mounts: Some(vec![mount("missing", "/m", None)]),
