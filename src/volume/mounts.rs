@@ -84,7 +84,10 @@ fn make_sub_dir(base: &Path, path: &Path) -> std::io::Result<()> {
     let real_base = base.canonicalize()?;
     let mut existing = path;
     while !existing.exists() {
-        existing = existing.parent().unwrap_or(base);
+        match existing.parent() {
+            Some(parent) => existing = parent,
+            None => break,
+        }
     }
     if !existing.canonicalize()?.starts_with(&real_base) {
         return Err(std::io::Error::other("a link leads out of the volume"));
