@@ -48,14 +48,41 @@ in_vm() {
 	vm_ssh "$i" "$@"
 }
 
-# install_crictl INDEX: crictl.py, its runtime.v1 modules and the grpcio, protobuf and
-# typing_extensions packages of
-# the bed's venv (cp311 wheels, which the VM's Python 3.11 loads), behind /usr/local/bin/crictl.
+# crictl_site PYVER: prints a folder with the grpcio, protobuf and typing_extensions of the bed's
+# venv (the same pins, so the stubs it generated load) built for the VM's Python PYVER (3.11 on
+# bookworm, 3.13 on trixie): the venv's own wheels suit only its own Python version. The wheels
+# come from PyPI, as the venv's did (pip --target for that version, binary only), once per
+# version and pins, cached under $KRS_CACHE_DIR/kubeadm.
+crictl_site() {
+	local pyver="$1" pins key dir
+	pins="$("$PY" -c 'from importlib.metadata import version as v
+print(" ".join(f"{p}=={v(p)}" for p in ("grpcio", "protobuf", "typing_extensions")))')"
+	key="$(printf '%s %s' "$pyver" "$pins" | sha256sum | cut -c1-16)"
+	dir="${KRS_CACHE_DIR:-/var/cache/kubelet-rs}/kubeadm/crictl-site-py$pyver-$key"
+	if [[ ! -e "$dir/.krs-pins" ]]; then
+		vm_log "crictl stand-in: $pins for Python $pyver"
+		rm -rf "$dir.tmp"
+		# shellcheck disable=SC2086 # $pins is a list of words
+		timeout 600 "$PY" -m pip install --quiet --disable-pip-version-check --only-binary=:all: \
+			--implementation cp --python-version "$pyver" --platform manylinux_2_17_x86_64 \
+			--target "$dir.tmp" $pins >&2 ||
+			vm_die "no wheels of $pins for Python $pyver (pip install --target)"
+		echo "$pins" >"$dir.tmp/.krs-pins"
+		rm -rf "$dir"
+		mv "$dir.tmp" "$dir"
+	fi
+	echo "$dir"
+}
+
+# install_crictl INDEX: crictl.py, its runtime.v1 modules and the packages they load
+# (crictl_site, for the VM's own Python), behind /usr/local/bin/crictl.
 install_crictl() {
-	local i="$1" site
-	site="$("$PY" -c 'import grpc, os; print(os.path.dirname(os.path.dirname(grpc.__file__)))')"
+	local i="$1" pyver site
+	pyver="$(in_vm "$i" 'python3 -c "import sys; print(\"%d.%d\" % sys.version_info[:2])"' </dev/null)" ||
+		vm_die "vm$i: python3 does not run"
+	site="$(crictl_site "$pyver")"
 	in_vm "$i" 'rm -rf /opt/krs-crictl && mkdir -p /opt/krs-crictl/site-packages /opt/krs-crictl/stubs'
-	tar -C "$site" -cf - --exclude=__pycache__ grpc google typing_extensions.py |
+	tar -C "$site" -cf - --exclude=__pycache__ --exclude='*.dist-info' --exclude=.krs-pins . |
 		in_vm "$i" 'tar -C /opt/krs-crictl/site-packages -xf -'
 	vm_copy "$i" "$VM_REPO/e2e/kubeadm/crictl.py" /opt/krs-crictl/crictl.py
 	vm_copy "$i" "$STUBS"/api_pb2.py "$STUBS"/api_pb2_grpc.py /opt/krs-crictl/stubs/
