@@ -193,6 +193,11 @@ main() {
 	fi
 	cd "$REPO_ROOT"
 	trap on_exit EXIT
+	# Without these the EXIT trap of a killed run sees the last command's status, and books the
+	# stage it interrupted as ok.
+	trap 'exit 129' HUP
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
 	[[ "${KRS_FRESH:-0}" != 1 ]] || use_fresh_caches
 	export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${KRS_CACHE_DIR:-/var/cache/kubelet-rs}/target}"
 	# shellcheck source=hack/upstream/lib.sh
