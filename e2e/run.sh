@@ -16,6 +16,11 @@
 #                                               run too)
 #                             quick             the [NodeConformance] specs of e2e/quick.txt that
 #                                               pass on our kubelet today, about 2 minutes (CI)
+#                             storage           the [sig-storage] specs of the drivers that need
+#                                               no outside server or image (In-tree Volumes
+#                                               [Driver: hostPath|hostPathSymlink|local] and
+#                                               PersistentVolumes-local), skipping [Disruptive]
+#                                               [Flaky]
 #                             focus:REGEX       the specs REGEX matches, skipping [Disruptive]
 #                             Every suite also skips the specs e2e/skips.md names (DNS,
 #                             registries): see there.
@@ -24,7 +29,8 @@
 #                             suite run afterwards, alone, as upstream's parallel runs do
 #   --artifacts DIR           logs, junit and summaries of this run (default
 #                             /var/tmp/kubelet-rs-e2e/<kubelet>-<suite>, emptied first)
-#   --no-results              do not copy a node-conformance or conformance run to e2e/results/
+#   --no-results              do not copy a node-conformance, conformance or storage run to
+#                             e2e/results/
 #   --results-as NAME         copy it to e2e/results/NAME/<kubelet>/ instead, under that suite
 #                             name (a run of another node shape: e2e/vm/run.sh conformance
 #                             writes node-conformance-cgroupv2)
@@ -44,7 +50,7 @@
 # kubelet, kube-proxy, cgroup root and /var/log/pods), waits for them to be Ready, runs ginkgo
 # in a client namespace of its own (no resolver, no way out of the machine), and writes junit
 # files and a summary (passed / failed / skipped per SIG area) to the artifacts
-# folder; full node-conformance and conformance runs go to e2e/results/<suite>/<kubelet>/ and
+# folder; full node-conformance, conformance and storage runs go to e2e/results/<suite>/<kubelet>/ and
 # e2e/compare.sh then merges ours and upstream's there. On exit, Ctrl-C included, it stops every
 # process it started, deletes the namespaces, links, routes and iptables rules it made, and
 # purges the containerd instances, the nodes' folders and cgroups and the cluster.
@@ -78,6 +84,7 @@ RUN_STATE="$KRS_E2E_RUN_STATE"
 NODE_TIMEOUT_S=600
 TAGS_NODE_CONFORMANCE='\[Flaky\]|\[Slow\]|\[Serial\]|\[Disruptive\]'
 TAGS_CONFORMANCE='\[Disruptive\]|\[Flaky\]'
+TAGS_STORAGE='\[Disruptive\]|\[Flaky\]'
 TAGS_FOCUS='\[Disruptive\]'
 
 KIND=""
@@ -149,7 +156,7 @@ parse_args() {
 		exit 2
 	}
 	case "$SUITE" in
-	node-conformance | quick) NODES="${NODES:-1}" ;;
+	node-conformance | quick | storage) NODES="${NODES:-1}" ;;
 	conformance) NODES="${NODES:-2}" ;;
 	focus:?*) NODES="${NODES:-1}" ;;
 	*)
@@ -203,6 +210,10 @@ suite_regexes() {
 		quick_names >"$ARTIFACTS/expected-names.txt"
 		FOCUS="$(names_regex <"$ARTIFACTS/expected-names.txt")" || e2e_die "e2e/quick.txt lists no spec"
 		TAG_SKIP="$TAGS_NODE_CONFORMANCE"
+		;;
+	storage)
+		FOCUS='\[sig-storage\] (In-tree Volumes \[Driver: (hostPath|hostPathSymlink|local)\]|PersistentVolumes-local )'
+		TAG_SKIP="$TAGS_STORAGE"
 		;;
 	focus:*)
 		FOCUS="${SUITE#focus:}"
@@ -703,7 +714,7 @@ summarize() {
 		--focus "$FOCUS" --tag-skip "$TAG_SKIP" --skip-names "$ARTIFACTS/skip-names.txt" \
 		--run-info "$ARTIFACTS/run.txt" --out "$out" "${junits[@]}"
 	cat "$out/summary.md"
-	if ((RESULTS)) && [[ "$SUITE" == node-conformance || "$SUITE" == conformance ]]; then
+	if ((RESULTS)) && [[ "$SUITE" =~ ^(node-conformance|conformance|storage)$ ]]; then
 		local name="${RESULTS_AS:-$SUITE}"
 		local dest="$HERE/results/$name/$KIND" j
 		rm -rf "$dest"
