@@ -16,11 +16,12 @@
 #                                               run too)
 #                             quick             the [NodeConformance] specs of e2e/quick.txt that
 #                                               pass on our kubelet today, about 2 minutes (CI)
-#                             storage           the [sig-storage] specs of the drivers that need
-#                                               no outside server or image (In-tree Volumes
-#                                               [Driver: hostPath|hostPathSymlink|local] and
-#                                               PersistentVolumes-local), skipping [Disruptive]
-#                                               [Flaky]
+#                             storage           the [sig-storage] specs of volumes that need no
+#                                               outside server, image or host access (In-tree
+#                                               Volumes [Driver: hostPath|hostPathSymlink],
+#                                               HostPath, PV Protection), skipping
+#                                               [Disruptive] [Flaky]; e2e/skips.md says why the
+#                                               local driver's are not among them
 #                             focus:REGEX       the specs REGEX matches, skipping [Disruptive]
 #                             Every suite also skips the specs e2e/skips.md names (DNS,
 #                             registries): see there.
@@ -212,7 +213,7 @@ suite_regexes() {
 		TAG_SKIP="$TAGS_NODE_CONFORMANCE"
 		;;
 	storage)
-		FOCUS='\[sig-storage\] (In-tree Volumes \[Driver: (hostPath|hostPathSymlink|local)\]|PersistentVolumes-local )'
+		FOCUS='\[sig-storage\] (In-tree Volumes \[Driver: (hostPath|hostPathSymlink)\]|HostPath |PV Protection )'
 		TAG_SKIP="$TAGS_STORAGE"
 		;;
 	focus:*)
