@@ -295,6 +295,13 @@ impl RuntimeManager {
             )
             .await
             .map_err(|e| ("CreateContainerConfigError", e, RETRY_AFTER_ERROR))?;
+        config.devices = mounts::container_devices(container, volumes).map_err(|e| {
+            (
+                "CreateContainerConfigError",
+                e.to_string(),
+                RETRY_AFTER_ERROR,
+            )
+        })?;
         Ok(config)
     }
 

@@ -145,8 +145,8 @@ pub fn volume_dir(pod_dir: &Path, plugin: &str, volume: &str) -> PathBuf {
     pod_dir.join("volumes").join(plugin).join(volume)
 }
 
-/// The names of the volumes some container mounts: like upstream, a volume no container uses
-/// is not set up.
+/// The names of the volumes some container mounts or uses as a device: like upstream, a
+/// volume no container uses is not set up.
 fn used_volumes(pod: &Pod) -> BTreeSet<&str> {
     let Some(spec) = pod.spec.as_ref() else {
         return BTreeSet::new();
@@ -154,8 +154,11 @@ fn used_volumes(pod: &Pod) -> BTreeSet<&str> {
     spec.containers
         .iter()
         .chain(spec.init_containers.iter().flatten())
-        .flat_map(|c| c.volume_mounts.iter().flatten())
-        .map(|m| m.name.as_str())
+        .flat_map(|c| {
+            let mounted = c.volume_mounts.iter().flatten().map(|m| m.name.as_str());
+            let devices = c.volume_devices.iter().flatten().map(|d| d.name.as_str());
+            mounted.chain(devices)
+        })
         .collect()
 }
 

@@ -160,6 +160,30 @@ pub fn container_mounts(
     Ok(mounts)
 }
 
+/// The container's block volumes as devices (`volumeDevices`): the link to each device, at the
+/// path the container asked for, readable, writable and mknod-able, as upstream hands them to
+/// the runtime.
+pub fn container_devices(
+    container: &Container,
+    volumes: &PodVolumes,
+) -> Result<Vec<api::Device>, MountError> {
+    container
+        .volume_devices
+        .iter()
+        .flatten()
+        .map(|d| {
+            let host = volumes
+                .path(&d.name)
+                .ok_or_else(|| MountError::NotSetUp(d.name.clone()))?;
+            Ok(api::Device {
+                container_path: d.device_path.clone(),
+                host_path: host.to_string_lossy().into_owned(),
+                permissions: "mrw".to_string(),
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -244,6 +244,9 @@ pub(super) struct Kept {
 /// How the stats provider reads a claim's volume, as upstream's plugin of its kind does.
 pub(super) fn measured_by(resolved: &persistent::Resolved) -> MeasuredBy {
     match resolved {
+        // A device has no file system the kubelet could measure (upstream's v1.20 neither).
+        persistent::Resolved::Local(m) if m.block => MeasuredBy::Nothing,
+        persistent::Resolved::Csi(vol) if vol.block => MeasuredBy::Nothing,
         persistent::Resolved::Local(_) | persistent::Resolved::Nfs { .. } => MeasuredBy::StatFs,
         persistent::Resolved::Csi(vol) => csi_measured(vol),
         persistent::Resolved::HostPath { .. } | persistent::Resolved::Failed { .. } => {

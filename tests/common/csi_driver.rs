@@ -4,8 +4,11 @@
 //! Node services on one unix socket, and the Registration service on a second socket in the
 //! kubelet's plugins_registry, as CSI's node-driver-registrar serves it beside a real driver.
 //! Its volumes are folders under its own folder (`backing/<handle>`), bind-mounted on the
-//! staging path when it offers STAGE_UNSTAGE_VOLUME and on the target path; every call
-//! and every verdict the kubelet sends back is kept for the test to read.
+//! staging path when it offers STAGE_UNSTAGE_VOLUME and on the target path. A Block volume is
+//! a 4 MiB file (`backing/<handle>.img`) behind a loop device, attached when staged (or
+//! first published) and detached when unstaged (or when the driver goes); its device is
+//! bind-mounted on the file the kubelet names as the target. Every call and every verdict the
+//! kubelet sends back is kept for the test to read.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -65,6 +68,8 @@ pub struct Call {
     pub publish_context: HashMap<String, String>,
     pub bytes: i64,
     pub staging: String,
+    /// The capability asked for a block volume.
+    pub block: bool,
 }
 
 pub type Calls = Arc<Mutex<Vec<Call>>>;
@@ -74,10 +79,14 @@ pub struct TestDriver {
     pub registration_socket: PathBuf,
     pub verdicts: Verdicts,
     pub calls: Calls,
-    /// Where volume `h` keeps its data: `backing/h`.
+    /// Where volume `h` keeps its data: `backing/h` (a folder) or `backing/h.img` (Block).
     pub backing: PathBuf,
+    loops: Loops,
     servers: Vec<JoinHandle<()>>,
 }
+
+/// The loop device of each attached Block volume, by handle.
+type Loops = Arc<Mutex<HashMap<String, PathBuf>>>;
 
 impl TestDriver {
     /// Serves the driver's socket in `dir` and its registration socket in `registry`
@@ -90,10 +99,12 @@ impl TestDriver {
         let verdicts = Verdicts::default();
         let calls = Calls::default();
         let backing = dir.join(format!("{file}-backing"));
+        let loops = Loops::default();
         let driver = Driver {
             opts: opts.clone(),
             calls: calls.clone(),
             backing: backing.clone(),
+            loops: loops.clone(),
         };
         let node = tonic::transport::Server::builder()
             .add_service(csi::identity_server::IdentityServer::new(driver.clone()))
@@ -121,8 +132,14 @@ impl TestDriver {
             verdicts,
             calls,
             backing,
+            loops,
             servers,
         }
+    }
+
+    /// The loop device of Block volume `handle`, while it is attached.
+    pub fn loop_device(&self, handle: &str) -> Option<PathBuf> {
+        self.loops.lock().unwrap().get(handle).cloned()
     }
 
     /// Takes the registration socket away, as a registrar that stops does.
@@ -153,7 +170,53 @@ impl Drop for TestDriver {
         }
         let _ = std::fs::remove_file(&self.registration_socket);
         let _ = std::fs::remove_file(&self.endpoint);
+        for device in self.loops.lock().unwrap().values() {
+            detach_loop(device);
+        }
     }
+}
+
+/// Attaches `file` (made 4 MiB if missing) to a free loop device.
+pub fn attach_loop(file: &Path) -> Result<PathBuf, String> {
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+    }
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(file)
+        .map_err(|e| format!("{}: {e}", file.display()))?;
+    f.set_len(4 << 20)
+        .map_err(|e| format!("{}: {e}", file.display()))?;
+    let out = std::process::Command::new("losetup")
+        .arg("--find")
+        .arg("--show")
+        .arg(file)
+        .output()
+        .map_err(|e| format!("losetup: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "losetup --find --show {}: {}",
+            file.display(),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
+pub fn detach_loop(device: &Path) {
+    let _ = std::process::Command::new("losetup")
+        .arg("-d")
+        .arg(device)
+        .status();
+}
+
+fn is_block(capability: Option<&csi::VolumeCapability>) -> bool {
+    matches!(
+        capability.and_then(|c| c.access_type.as_ref()),
+        Some(csi::volume_capability::AccessType::Block(_))
+    )
 }
 
 fn incoming(path: &Path) -> UnixListenerStream {
@@ -166,11 +229,33 @@ struct Driver {
     opts: Options,
     calls: Calls,
     backing: PathBuf,
+    loops: Loops,
 }
 
 impl Driver {
     fn record(&self, call: Call) {
         self.calls.lock().unwrap().push(call);
+    }
+
+    /// The Block volume's loop device, attached now if it is not yet.
+    fn device(&self, handle: &str) -> Result<PathBuf, Status> {
+        if let Some(device) = self.loops.lock().unwrap().get(handle) {
+            return Ok(device.clone());
+        }
+        let device = attach_loop(&self.backing.join(format!("{handle}.img")))
+            .map_err(|e| internal("attach loop", e))?;
+        self.loops
+            .lock()
+            .unwrap()
+            .insert(handle.to_string(), device.clone());
+        Ok(device)
+    }
+
+    /// Bind-mounts the Block volume's device on the file `target`, made here as CSI asks.
+    fn publish_device(&self, handle: &str, target: &Path) -> Result<(), Status> {
+        let device = self.device(handle)?;
+        std::fs::File::create(target).map_err(|e| internal("create target file", e))?;
+        rustix::mount::mount_bind(&device, target).map_err(|e| internal("bind mount", e))
     }
 }
 
@@ -267,10 +352,16 @@ impl csi::node_server::Node for Driver {
         req: Request<csi::NodeStageVolumeRequest>,
     ) -> Result<Response<csi::NodeStageVolumeResponse>, Status> {
         let r = req.into_inner();
-        let source = self.backing.join(&r.volume_id);
-        std::fs::create_dir_all(&source).map_err(|e| internal("mkdir backing", e))?;
-        bind(&source, Path::new(&r.staging_target_path), false)?;
+        let block = is_block(r.volume_capability.as_ref());
+        if block {
+            self.device(&r.volume_id)?;
+        } else {
+            let source = self.backing.join(&r.volume_id);
+            std::fs::create_dir_all(&source).map_err(|e| internal("mkdir backing", e))?;
+            bind(&source, Path::new(&r.staging_target_path), false)?;
+        }
         self.record(Call {
+            block,
             op: "NodeStageVolume",
             volume: r.volume_id,
             path: r.staging_target_path,
@@ -288,6 +379,9 @@ impl csi::node_server::Node for Driver {
     ) -> Result<Response<csi::NodeUnstageVolumeResponse>, Status> {
         let r = req.into_inner();
         unmount(&r.staging_target_path)?;
+        if let Some(device) = self.loops.lock().unwrap().remove(&r.volume_id) {
+            detach_loop(&device);
+        }
         self.record(Call {
             op: "NodeUnstageVolume",
             volume: r.volume_id,
@@ -305,15 +399,22 @@ impl csi::node_server::Node for Driver {
         req: Request<csi::NodePublishVolumeRequest>,
     ) -> Result<Response<csi::NodePublishVolumeResponse>, Status> {
         let r = req.into_inner();
-        let source = if r.staging_target_path.is_empty() {
-            let source = self.backing.join(&r.volume_id);
-            std::fs::create_dir_all(&source).map_err(|e| internal("mkdir backing", e))?;
-            source
+        let block = is_block(r.volume_capability.as_ref());
+        if block {
+            self.publish_device(&r.volume_id, Path::new(&r.target_path))?;
         } else {
-            PathBuf::from(&r.staging_target_path)
-        };
-        bind(&source, Path::new(&r.target_path), r.readonly)?;
+            let source = if r.staging_target_path.is_empty() {
+                let source = self.backing.join(&r.volume_id);
+                std::fs::create_dir_all(&source).map_err(|e| internal("mkdir backing", e))?;
+                source
+            } else {
+                PathBuf::from(&r.staging_target_path)
+            };
+            bind(&source, Path::new(&r.target_path), r.readonly)?;
+        }
         self.record(Call {
+            block,
+            staging: r.staging_target_path,
             op: "NodePublishVolume",
             volume: r.volume_id,
             path: r.target_path,
@@ -331,7 +432,10 @@ impl csi::node_server::Node for Driver {
     ) -> Result<Response<csi::NodeUnpublishVolumeResponse>, Status> {
         let r = req.into_inner();
         unmount(&r.target_path)?;
-        let _ = std::fs::remove_dir(&r.target_path);
+        // A folder, or the file a Block volume's device was bound on.
+        if std::fs::remove_dir(&r.target_path).is_err() {
+            let _ = std::fs::remove_file(&r.target_path);
+        }
         self.record(Call {
             op: "NodeUnpublishVolume",
             volume: r.volume_id,

@@ -53,7 +53,9 @@ pub async fn create_bound(client: &kube::Client, volume: &PersistentVolume, clai
         .unwrap();
 }
 
-/// Removes the claims (in "default") and the volumes, whether or not they exist.
+/// Removes the claims (in "default") and the volumes, whether or not they exist, and waits
+/// until they are gone: a volume or claim still being deleted (its protection finalizer waits
+/// for its users) would refuse the next run's object of the same name.
 pub async fn remove_claims_and_volumes(client: &kube::Client, claims: &[&str], pvs: &[&str]) {
     let claim_api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
     let pv_api: Api<PersistentVolume> = Api::all(client.clone());
@@ -63,6 +65,24 @@ pub async fn remove_claims_and_volumes(client: &kube::Client, claims: &[&str], p
     for p in pvs {
         let _ = pv_api.delete(p, &DeleteParams::default()).await;
     }
+    super::wait_async(
+        Duration::from_secs(90),
+        "the claims and volumes to be gone",
+        || async {
+            for c in claims {
+                if claim_api.get_opt(c).await.ok()?.is_some() {
+                    return None;
+                }
+            }
+            for p in pvs {
+                if pv_api.get_opt(p).await.ok()?.is_some() {
+                    return None;
+                }
+            }
+            Some(())
+        },
+    )
+    .await;
 }
 
 /// The mount points below `dir`, as this process's mount table has them.

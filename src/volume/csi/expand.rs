@@ -22,7 +22,8 @@ pub struct Expandable {
 impl Expandable {
     /// A claim's persistent CSI volume; inline volumes have no claim to grow.
     pub fn of(vol: &CsiVolume, claim: (String, String)) -> Option<Self> {
-        (vol.lifecycle == Lifecycle::Persistent).then(|| Expandable {
+        // A device grows with its driver's volume: there is no file system to grow.
+        (vol.lifecycle == Lifecycle::Persistent && !vol.block).then(|| Expandable {
             claim,
             vol: CsiVolume {
                 stage_secrets: Default::default(),

@@ -6,6 +6,7 @@
 //! publishes and tears down, `expand` grows a published volume, `usage` reads its stats.
 
 pub mod api;
+pub mod block;
 pub mod client;
 pub mod drivers;
 pub mod expand;

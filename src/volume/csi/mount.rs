@@ -82,6 +82,8 @@ pub struct CsiVolume {
     /// (audience, expirationSeconds) of the service account tokens the driver is given in
     /// the volume context (`tokenRequests`).
     pub token_requests: Vec<(String, i64)>,
+    /// `volumeMode: Block`: published as a device (`super::block`), not mounted.
+    pub block: bool,
 }
 
 /// `csi-<sha256(handle, driver, node)>`, the VolumeAttachment's name upstream derives.
@@ -112,7 +114,7 @@ pub fn target_path(pod_dir: &Path, volume: &str) -> PathBuf {
     crate::volume::volume_dir(pod_dir, CSI_PLUGIN_DIR, volume).join("mount")
 }
 
-fn write_vol_data(dir: &Path, data: &VolData) -> Result<(), String> {
+pub(super) fn write_vol_data(dir: &Path, data: &VolData) -> Result<(), String> {
     std::fs::create_dir_all(dir)
         .map_err(|e| format!("failed to create dir {}: {e}", dir.display()))?;
     let json = serde_json::to_vec(data).map_err(|e| e.to_string())?;
@@ -151,6 +153,22 @@ pub async fn set_up(
     node: &str,
     vol: &CsiVolume,
 ) -> Result<Published, SetUpError> {
+    let data = VolData {
+        spec_volume_id: vol.name.clone(),
+        volume_handle: vol.handle.clone(),
+        driver_name: vol.driver.clone(),
+        node_name: node.to_string(),
+        attachment_id: attachment_name(&vol.handle, &vol.driver, node),
+        volume_lifecycle_mode: vol.lifecycle.as_str().to_string(),
+    };
+    if vol.block {
+        // A device is no file system to give to a group.
+        let link = super::block::set_up(drivers, root_dir, pod_dir, &data, vol).await?;
+        return Ok(Published {
+            target: link,
+            group_done: true,
+        });
+    }
     let target = target_path(pod_dir, &vol.name);
     let republish = is_mount_point(&target);
     if republish && !vol.requires_republish {
@@ -173,14 +191,6 @@ pub async fn set_up(
         .node_get_capabilities()
         .await
         .map_err(|e| SetUpError::SetUp(call(e)))?;
-    let data = VolData {
-        spec_volume_id: vol.name.clone(),
-        volume_handle: vol.handle.clone(),
-        driver_name: vol.driver.clone(),
-        node_name: node.to_string(),
-        attachment_id: attachment_name(&vol.handle, &vol.driver, node),
-        volume_lifecycle_mode: vol.lifecycle.as_str().to_string(),
-    };
     let capability = capability(vol, caps.volume_mount_group);
     let staging = if caps.stage_unstage && vol.lifecycle == Lifecycle::Persistent {
         let staging = staging_path(root_dir, &vol.driver, &vol.handle);
@@ -235,9 +245,11 @@ pub async fn set_up(
 }
 
 pub(super) fn capability(vol: &CsiVolume, mount_group: bool) -> api::VolumeCapability {
-    use api::volume_capability::{AccessMode, AccessType, MountVolume};
-    api::VolumeCapability {
-        access_type: Some(AccessType::Mount(MountVolume {
+    use api::volume_capability::{AccessMode, AccessType, BlockVolume, MountVolume};
+    let access_type = if vol.block {
+        AccessType::Block(BlockVolume {})
+    } else {
+        AccessType::Mount(MountVolume {
             fs_type: vol.fs_type.clone(),
             mount_flags: vol.mount_flags.clone(),
             volume_mount_group: vol
@@ -245,7 +257,10 @@ pub(super) fn capability(vol: &CsiVolume, mount_group: bool) -> api::VolumeCapab
                 .filter(|_| mount_group)
                 .map(|g| g.to_string())
                 .unwrap_or_default(),
-        })),
+        })
+    };
+    api::VolumeCapability {
+        access_type: Some(access_type),
         access_mode: Some(AccessMode {
             mode: vol.access_mode as i32,
         }),
@@ -281,6 +296,9 @@ pub async fn tear_down_pod(
         if let Err(e) = unpublish(drivers, root_dir, pods_dir, &dir, &data).await {
             first_error.get_or_insert(e);
         }
+    }
+    if let Err(e) = super::block::tear_down_pod(drivers, root_dir, pod_dir).await {
+        first_error.get_or_insert(e);
     }
     first_error.map_or(Ok(()), Err)
 }
@@ -368,6 +386,7 @@ pub fn in_use(root_dir: &Path) -> Vec<String> {
     for pod in read_dirs(&root_dir.join("pods")) {
         published(&pod).into_values().for_each(&mut add);
     }
+    super::block::in_use(root_dir).for_each(&mut add);
     found.into_iter().collect()
 }
 

@@ -111,6 +111,7 @@ pub async fn prepare(
         lifecycle: Lifecycle::Persistent,
         requires_republish: policy.requires_republish,
         token_requests: policy.token_requests,
+        block: bound.block,
     })
 }
 
@@ -183,6 +184,7 @@ pub async fn prepare_inline(
         lifecycle: Lifecycle::Ephemeral,
         requires_republish: policy.requires_republish,
         token_requests: policy.token_requests,
+        block: false,
     })
 }
 

@@ -44,6 +44,8 @@ pub struct LocalMount {
     pub read_only: bool,
     pub fs_group: Option<u32>,
     pub on_root_mismatch: bool,
+    /// `volumeMode: Block`: the path is a device, linked for the containers, not mounted.
+    pub block: bool,
 }
 
 /// Bind-mounts the volume into `pod_dir` (once: a mounted volume is left as it is) and gives
@@ -57,6 +59,9 @@ pub fn set_up(pod_dir: &Path, m: &LocalMount) -> Result<PathBuf, String> {
         .any(|c| c == std::path::Component::ParentDir)
     {
         return Err(format!("invalid path: {} must not contain '..'", m.path));
+    }
+    if m.block {
+        return map_device(pod_dir, m);
     }
     let target = crate::volume::volume_dir(pod_dir, LOCAL_VOLUME, &m.pv);
     if is_mount_point(&target) {
@@ -77,6 +82,33 @@ pub fn set_up(pod_dir: &Path, m: &LocalMount) -> Result<PathBuf, String> {
             .map_err(|e| format!("setting ownership of {}: {e}", target.display()))?;
     }
     Ok(target)
+}
+
+/// A Block volume: its device, checked to be one, behind the link
+/// `<pod>/volumeDevices/kubernetes.io~local-volume/<pv>` that the containers' device comes
+/// from, as upstream's layout has it. Blocking.
+fn map_device(pod_dir: &Path, m: &LocalMount) -> Result<PathBuf, String> {
+    use std::os::unix::fs::FileTypeExt;
+    let device = Path::new(&m.path);
+    match std::fs::metadata(device) {
+        Ok(meta) if meta.file_type().is_block_device() => {}
+        Ok(_) => return Err(format!("{} is not a block device", m.path)),
+        Err(e) => return Err(format!("path {:?} does not exist: {e}", m.path)),
+    }
+    let link = pod_dir
+        .join(crate::volume::csi::block::POD_DEVICES_DIR)
+        .join(LOCAL_VOLUME)
+        .join(&m.pv);
+    let fail = |e: std::io::Error| format!("failed to map the device to {}: {e}", link.display());
+    if std::fs::read_link(&link).is_ok_and(|to| to == device) {
+        return Ok(link);
+    }
+    if let Some(dir) = link.parent() {
+        std::fs::create_dir_all(dir).map_err(fail)?;
+    }
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(device, &link).map_err(fail)?;
+    Ok(link)
 }
 
 #[cfg(test)]
@@ -123,6 +155,7 @@ mod tests {
             read_only: false,
             fs_group: None,
             on_root_mismatch: false,
+            block: false,
         };
         assert!(
             set_up(dir.path(), &m)
@@ -138,5 +171,27 @@ mod tests {
                 .contains("does not exist")
         );
         assert!(!dir.path().join("volumes").exists());
+    }
+
+    #[test]
+    fn a_block_volume_must_be_a_device() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut m = LocalMount {
+            pv: "pv-1".into(),
+            path: "/dev/null".into(),
+            read_only: false,
+            fs_group: None,
+            on_root_mismatch: false,
+            block: true,
+        };
+        let err = set_up(dir.path(), &m).unwrap_err();
+        assert_eq!(err, "/dev/null is not a block device");
+        m.path = dir.path().join("missing").to_string_lossy().into_owned();
+        assert!(
+            set_up(dir.path(), &m)
+                .unwrap_err()
+                .contains("does not exist")
+        );
+        assert!(!dir.path().join("volumeDevices").exists());
     }
 }

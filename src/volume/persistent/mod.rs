@@ -1,7 +1,7 @@
 //! Volumes backed by a PersistentVolume: the claim resolved to its volume (`claims`), the
 //! volume's node affinity checked against the node, then handed to the plugin of its kind:
-//! hostPath (used at its path), `local` (bind-mounted) or CSI (`csi`, prepared here and
-//! mounted by `volume::csi::mount`).
+//! hostPath (used at its path), `local` (bind-mounted, or its device linked for a Block
+//! volume) or CSI (`csi`, prepared here and mounted by `volume::csi::mount`).
 
 pub mod claims;
 pub mod csi;
@@ -85,17 +85,20 @@ pub async fn resolve(
         kind,
         reason,
     };
-    if bound.block {
+    let spec = bound.pv.spec.clone().unwrap_or_default();
+    // Only the local and CSI plugins map devices, as upstream's.
+    if bound.block && spec.local.is_none() && spec.csi.is_none() {
         return failed(
             FailureKind::SetUp,
-            "volumeMode: Block PersistentVolumes are not supported by this version of kubelet-rs"
-                .to_string(),
+            format!(
+                "{} PersistentVolumes of volumeMode Block are not supported: no volume plugin matched",
+                kind_name(&spec)
+            ),
         );
     }
     if let Err(reason) = check_node_affinity(client, pod, &bound.pv).await {
         return failed(FailureKind::NodeAffinity, reason);
     }
-    let spec = bound.pv.spec.clone().unwrap_or_default();
     if let Some(hp) = spec.host_path {
         return Resolved::HostPath {
             path: hp.path,
@@ -110,6 +113,7 @@ pub async fn resolve(
             read_only: bound.read_only,
             fs_group: fs_group(pod),
             on_root_mismatch: on_root_mismatch(pod),
+            block: bound.block,
         });
     }
     if let Some(source) = spec.nfs {
