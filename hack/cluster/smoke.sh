@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Usage: hack/cluster/smoke.sh [--upstream-kubelet | --our-kubelet] [--bench N] [--keep] [NAME]
+# Usage: hack/cluster/smoke.sh [--upstream-kubelet | --our-kubelet] [--bench N] [--bench-csi N]
+#                              [--keep] [NAME]
 #
 # Proves that the local control plane NAME (default "krs") does what kubelet tests need. Starts
 # it with up.sh when it does not run (and leaves it running). Checks, against the real apiserver:
@@ -17,6 +18,11 @@
 # build under $CARGO_TARGET_DIR) and the very same flags. --bench N then times N rounds of
 # `kubectl exec -- true`, `kubectl logs` and a raw GET of the pod's log through the apiserver
 # and prints the median and 90th percentile in milliseconds (hack/bench-api runs both kubelets).
+# --bench-csi N starts a CSI driver on the node (tests/grpc/csi_driver.py, in the grpcio venv of
+# hack/testbed/grpcio-venv.sh: folders bind-mounted), creates N claims bound to N CSI
+# PersistentVolumes, then N pods at once that each mount one, and prints how long each took
+# from its creation to Running (median, 90th percentile, slowest) and how long all N took to be
+# deleted again, their volumes unpublished and unstaged (hack/bench-csi runs both kubelets).
 # That part runs in a private mount namespace: /var/log/pods, /var/log/containers, /etc/hosts
 # (with "<node ip> <node>") and the sysctls the kubelet adjusts are private copies.
 # --keep leaves the Deployment, Node and CSRs in the cluster (the kubelet is stopped regardless).
@@ -38,6 +44,9 @@ TIMEOUT_S="${KRS_SMOKE_TIMEOUT:-180}"
 KUBELET_BIN="$KRS_CL_BIN_DIR/kubelet"
 KUBELET_KIND=upstream
 BENCH_ROUNDS=0
+BENCH_CSI=0
+CSI_DRIVER_NAME=bench.csi.kubelet-rs.io
+CSI_DRIVER_PID=""
 KUBELET_PORT=10450
 KUBELET_HEALTHZ_PORT=10448
 DEPLOYMENT=smoke-busybox
@@ -65,7 +74,7 @@ poll() {
 	done
 }
 
-usage() { echo "usage: $0 [--upstream-kubelet | --our-kubelet] [--bench N] [--keep] [NAME]" >&2; }
+usage() { echo "usage: $0 [--upstream-kubelet | --our-kubelet] [--bench N] [--bench-csi N] [--keep] [NAME]" >&2; }
 
 # --- API checks ----------------------------------------------------------------------------------
 
@@ -254,11 +263,18 @@ pods_gone() {
 cleanup_kubelet() {
 	set +e
 	if [[ -n "$KUBELET_PID" && $KEEP != 1 ]]; then
-		# Let the kubelet tear its pod down properly before it goes.
+		# Let the kubelet tear its pods down properly (volumes unpublished) before it goes.
 		k delete deployment "$DEPLOYMENT" --ignore-not-found --wait=false >/dev/null 2>&1
+		k delete pods -l app=bench-csi --ignore-not-found --wait=false >/dev/null 2>&1
 		poll 60 pods_gone
+		poll 120 csi_pods_gone
 	fi
+	((BENCH_CSI == 0)) || remove_csi_objects
 	stop_kubelet
+	if [[ -n "$CSI_DRIVER_PID" ]]; then
+		kill -TERM "$CSI_DRIVER_PID" 2>/dev/null
+		wait "$CSI_DRIVER_PID" 2>/dev/null
+	fi
 	if ((CONTAINERD_UP)); then
 		"$TESTBED/containerd.sh" stop "$INSTANCE" >&2
 	fi
@@ -325,6 +341,147 @@ bench_api() {
 	stats "kubectl logs" "${logs[@]}"
 	stats "GET pods/log (curl)" "${raw[@]}"
 	stats "GET containerLogs (kubelet)" "${direct[@]}"
+}
+
+csi_pods_gone() {
+	[[ -z "$(k get pods -l app=bench-csi -o name)" ]]
+}
+
+remove_csi_objects() {
+	local i
+	for ((i = 0; i < BENCH_CSI; i++)); do
+		k delete pvc "bench-csi-pvc-$i" --ignore-not-found --wait=false >/dev/null 2>&1
+		k delete pv "bench-csi-pv-$i" --ignore-not-found --wait=false >/dev/null 2>&1
+	done
+	k delete csidriver "$CSI_DRIVER_NAME" --ignore-not-found >/dev/null 2>&1
+}
+
+csi_driver_registered() {
+	[[ " $(k get csinode "$NODE" -o 'jsonpath={.spec.drivers[*].name}') " == *" $CSI_DRIVER_NAME "* ]]
+}
+
+csi_claims_bound() {
+	[[ "$(k get pvc -l app=bench-csi -o 'jsonpath={.items[*].status.phase}' | tr ' ' '\n' |
+		grep -c '^Bound$')" == "$BENCH_CSI" ]]
+}
+
+# csi_objects: N CSI PersistentVolumes, each reserved for its claim, and the claims.
+csi_objects() {
+	local i
+	for ((i = 0; i < BENCH_CSI; i++)); do
+		cat <<-EOF
+			apiVersion: v1
+			kind: PersistentVolume
+			metadata: {name: bench-csi-pv-$i, labels: {app: bench-csi}}
+			spec:
+			  capacity: {storage: 1Mi}
+			  accessModes: [ReadWriteOnce]
+			  storageClassName: ""
+			  persistentVolumeReclaimPolicy: Retain
+			  claimRef: {namespace: default, name: bench-csi-pvc-$i}
+			  csi: {driver: $CSI_DRIVER_NAME, volumeHandle: bench-$i}
+			---
+			apiVersion: v1
+			kind: PersistentVolumeClaim
+			metadata: {name: bench-csi-pvc-$i, namespace: default, labels: {app: bench-csi}}
+			spec:
+			  accessModes: [ReadWriteOnce]
+			  storageClassName: ""
+			  volumeName: bench-csi-pv-$i
+			  resources: {requests: {storage: 1Mi}}
+			---
+		EOF
+	done
+}
+
+csi_pods() {
+	local i
+	for ((i = 0; i < BENCH_CSI; i++)); do
+		cat <<-EOF
+			apiVersion: v1
+			kind: Pod
+			metadata: {name: bench-csi-$i, namespace: default, labels: {app: bench-csi}}
+			spec:
+			  nodeName: $NODE
+			  terminationGracePeriodSeconds: 1
+			  containers:
+			  - name: main
+			    image: $IMAGE
+			    imagePullPolicy: IfNotPresent
+			    command: [sh, -c, "echo ok > /data/started && exec sleep 3600"]
+			    volumeMounts: [{name: data, mountPath: /data}]
+			  volumes: [{name: data, persistentVolumeClaim: {claimName: bench-csi-pvc-$i}}]
+			---
+		EOF
+	done
+}
+
+bench_csi() {
+	local python
+	python="$("$TESTBED/grpcio-venv.sh")"
+	"$python" "$KRS_CL_REPO_ROOT/tests/grpc/csi_driver.py" "$KRS_CL_REPO_ROOT" --name "$CSI_DRIVER_NAME" \
+		--dir "$KDIR/csi" --registry "$KDIR/root/plugins_registry" >"$KDIR/csi-driver.log" 2>&1 &
+	CSI_DRIVER_PID=$!
+	remove_csi_objects
+	printf 'apiVersion: storage.k8s.io/v1\nkind: CSIDriver\nmetadata: {name: %s}\nspec: {attachRequired: false, podInfoOnMount: false}\n' \
+		"$CSI_DRIVER_NAME" | k create -f - >/dev/null
+	poll 60 csi_driver_registered || {
+		fail "$CSI_DRIVER_NAME not in CSINode $NODE; see $KDIR/csi-driver.log"
+		return
+	}
+	csi_objects | k create -f - >/dev/null
+	poll 120 csi_claims_bound || {
+		fail "the bench's $BENCH_CSI claims did not bind"
+		return
+	}
+	# Every pod created at once; each one's time is from that moment to the watch event that
+	# first shows it Running, stamped as it arrives.
+	local t0 now name phase deadline started=() seen="" n=0
+	coproc WATCH {
+		exec kubectl --kubeconfig "$CL_ADMIN_CONF" --request-timeout=0 get pods -l app=bench-csi \
+			--watch -o 'jsonpath={.metadata.name} {.status.phase}{"\n"}' 2>/dev/null
+	}
+	sleep 1
+	t0=${EPOCHREALTIME/./}
+	csi_pods | k create -f - >/dev/null
+	deadline=$((SECONDS + TIMEOUT_S))
+	while ((n < BENCH_CSI && SECONDS < deadline)); do
+		if ! read -r -t 5 name phase <&"${WATCH[0]}"; then
+			kill -0 "$WATCH_PID" 2>/dev/null && continue
+			break
+		fi
+		now=${EPOCHREALTIME/./}
+		[[ "$phase" == Running && " $seen " != *" $name "* ]] || continue
+		seen+=" $name"
+		started+=("$(((now - t0) / 1000))")
+		n=$((n + 1))
+	done
+	kill "$WATCH_PID" 2>/dev/null || true
+	wait "$WATCH_PID" 2>/dev/null || true
+	if ((n < BENCH_CSI)); then
+		fail "only $n of $BENCH_CSI CSI pods ran within ${TIMEOUT_S}s; see $KDIR/kubelet.log"
+		return
+	fi
+	stats "CSI pod start ($BENCH_CSI pods)" "${started[@]}"
+	printf '[bench] %-9s %-28s %dms\n' "$KUBELET_KIND" "CSI pods all running" "${started[-1]}"
+	t0=${EPOCHREALTIME/./}
+	k delete pods -l app=bench-csi --wait=false >/dev/null
+	deadline=$((SECONDS + TIMEOUT_S))
+	until csi_pods_gone && no_csi_mounts; do
+		if ((SECONDS >= deadline)); then
+			fail "the CSI pods or their mounts did not go; see $KDIR/kubelet.log"
+			return
+		fi
+		sleep 0.2
+	done
+	now=${EPOCHREALTIME/./}
+	printf '[bench] %-9s %-28s %dms\n' "$KUBELET_KIND" "CSI pods all deleted" "$(((now - t0) / 1000))"
+}
+
+# No CSI staging or publishing mount is left under the kubelet's root dir.
+no_csi_mounts() {
+	! awk -v d="$KDIR/root/" 'index($5, d) == 1 && ($5 ~ /kubernetes.io~csi/ ||
+		index($5, d "plugins/kubernetes.io/csi/") == 1) { found = 1 } END { exit !found }' /proc/self/mountinfo
 }
 
 run_node_kubelet() {
@@ -416,6 +573,7 @@ addresses $(k get node "$NODE" -o 'jsonpath={.status.addresses[*].address}'))"
 		fail "kubectl exec: $out"
 	fi
 	((BENCH_ROUNDS == 0)) || bench_api
+	((BENCH_CSI == 0)) || bench_csi
 }
 
 # --- main --------------------------------------------------------------------------------------
@@ -433,6 +591,10 @@ main() {
 			;;
 		--bench)
 			BENCH_ROUNDS="$2"
+			shift
+			;;
+		--bench-csi)
+			BENCH_CSI="$2"
 			shift
 			;;
 		--keep) KEEP=1 ;;
@@ -460,8 +622,8 @@ main() {
 		check_node_kubeconfig
 		if ((upstream)); then
 			# The kubelet part needs private mounts; its exit status carries the verdict.
-			local rc=0 inner=(--upstream-kubelet --bench "$BENCH_ROUNDS")
-			[[ $KUBELET_KIND != ours ]] || inner=(--our-kubelet --bench "$BENCH_ROUNDS")
+			local rc=0 inner=(--upstream-kubelet --bench "$BENCH_ROUNDS" --bench-csi "$BENCH_CSI")
+			[[ $KUBELET_KIND != ours ]] || inner=(--our-kubelet --bench "$BENCH_ROUNDS" --bench-csi "$BENCH_CSI")
 			[[ $KEEP != 1 ]] || inner+=(--keep)
 			KRS_SMOKE_IN_NS=1 unshare --mount --propagation private \
 				bash "$SELF" "${inner[@]}" "$CL_NAME" || rc=$?

@@ -15,10 +15,12 @@
 use std::path::{Path, PathBuf};
 
 use super::CsiError;
-use super::api;
 use super::client::Client;
 use super::drivers::Drivers;
-use super::mount::{CSI_PLUGIN_DIR, CsiVolume, SetUpError, VolData, read_vol_data, write_vol_data};
+use super::mount::{
+    CSI_PLUGIN_DIR, CsiVolume, SetUpError, VolData, publish_request, read_vol_data, stage_request,
+    write_vol_data,
+};
 use crate::volume::empty_dir::is_mount_point;
 
 /// The pod's folder of block volumes, upstream's name.
@@ -88,16 +90,8 @@ pub async fn set_up(
     let staging = if caps.stage_unstage {
         let staging = staging_path(root_dir, &vol.name);
         make_dir(&staging).map_err(SetUpError::MountDevice)?;
-        let req = api::NodeStageVolumeRequest {
-            volume_id: vol.handle.clone(),
-            publish_context: vol.publish_context.clone(),
-            staging_target_path: staging.to_string_lossy().into_owned(),
-            volume_capability: Some(capability.clone()),
-            secrets: vol.stage_secrets.clone(),
-            volume_context: vol.volume_context.clone(),
-        };
         client
-            .node_stage_volume(req)
+            .node_stage_volume(stage_request(vol, &staging, &capability))
             .await
             .map_err(|e| SetUpError::MountDevice(call(e)))?;
         staging.to_string_lossy().into_owned()
@@ -107,16 +101,7 @@ pub async fn set_up(
     // The driver makes the file itself; the kubelet makes its folder.
     let publish_dir = publish.parent().unwrap_or(&publish);
     make_dir(publish_dir).map_err(SetUpError::SetUp)?;
-    let req = api::NodePublishVolumeRequest {
-        volume_id: vol.handle.clone(),
-        publish_context: vol.publish_context.clone(),
-        staging_target_path: staging,
-        target_path: publish.to_string_lossy().into_owned(),
-        volume_capability: Some(capability),
-        readonly: vol.read_only,
-        secrets: vol.publish_secrets.clone(),
-        volume_context: vol.volume_context.clone(),
-    };
+    let req = publish_request(vol, staging, &publish, capability);
     if let Err(e) = client.node_publish_volume(req).await {
         if !is_mount_point(&publish) {
             let _ = std::fs::remove_file(&publish);

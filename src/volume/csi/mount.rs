@@ -200,16 +200,8 @@ pub async fn set_up(
             std::fs::create_dir_all(&staging).map_err(|e| {
                 SetUpError::MountDevice(format!("mkdir {}: {e}", staging.display()))
             })?;
-            let req = api::NodeStageVolumeRequest {
-                volume_id: vol.handle.clone(),
-                publish_context: vol.publish_context.clone(),
-                staging_target_path: staging.to_string_lossy().into_owned(),
-                volume_capability: Some(capability.clone()),
-                secrets: vol.stage_secrets.clone(),
-                volume_context: vol.volume_context.clone(),
-            };
             client
-                .node_stage_volume(req)
+                .node_stage_volume(stage_request(vol, &staging, &capability))
                 .await
                 .map_err(|e| SetUpError::MountDevice(call(e)))?;
         }
@@ -219,16 +211,7 @@ pub async fn set_up(
     };
     let parent = target.parent().unwrap_or(&target);
     write_vol_data(parent, &data).map_err(SetUpError::SetUp)?;
-    let req = api::NodePublishVolumeRequest {
-        volume_id: vol.handle.clone(),
-        publish_context: vol.publish_context.clone(),
-        staging_target_path: staging,
-        target_path: target.to_string_lossy().into_owned(),
-        volume_capability: Some(capability),
-        readonly: vol.read_only,
-        secrets: vol.publish_secrets.clone(),
-        volume_context: vol.volume_context.clone(),
-    };
+    let req = publish_request(vol, staging, &target, capability);
     if let Err(e) = client.node_publish_volume(req).await {
         // Nothing of a failed publish may stay, unless the driver mounted after all.
         if !is_mount_point(&target) {
@@ -242,6 +225,40 @@ pub async fn set_up(
         target,
         group_done: republish || (caps.volume_mount_group && vol.mount_group.is_some()),
     })
+}
+
+pub(super) fn stage_request(
+    vol: &CsiVolume,
+    staging: &Path,
+    capability: &api::VolumeCapability,
+) -> api::NodeStageVolumeRequest {
+    api::NodeStageVolumeRequest {
+        volume_id: vol.handle.clone(),
+        publish_context: vol.publish_context.clone(),
+        staging_target_path: staging.to_string_lossy().into_owned(),
+        volume_capability: Some(capability.clone()),
+        secrets: vol.stage_secrets.clone(),
+        volume_context: vol.volume_context.clone(),
+    }
+}
+
+/// `staging` is empty for a driver that does not stage.
+pub(super) fn publish_request(
+    vol: &CsiVolume,
+    staging: String,
+    target: &Path,
+    capability: api::VolumeCapability,
+) -> api::NodePublishVolumeRequest {
+    api::NodePublishVolumeRequest {
+        volume_id: vol.handle.clone(),
+        publish_context: vol.publish_context.clone(),
+        staging_target_path: staging,
+        target_path: target.to_string_lossy().into_owned(),
+        volume_capability: Some(capability),
+        readonly: vol.read_only,
+        secrets: vol.publish_secrets.clone(),
+        volume_context: vol.volume_context.clone(),
+    }
 }
 
 pub(super) fn capability(vol: &CsiVolume, mount_group: bool) -> api::VolumeCapability {
