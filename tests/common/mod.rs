@@ -408,6 +408,25 @@ impl Drop for Kubelet {
     fn drop(&mut self) {
         self.stop();
         keep_log_of_failure(&self.log_path);
+        unmount_below(self.dir.path());
+    }
+}
+
+/// Lazily unmounts what is still mounted below `dir` (the volumes of pods the stopped kubelet
+/// still had), deepest first, so that the temporary folder can go and no mount outlives the
+/// test.
+fn unmount_below(dir: &Path) {
+    let prefix = format!("{}/", dir.display());
+    let mut points: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|mp| mp.starts_with(&prefix))
+        .map(String::from)
+        .collect();
+    points.sort_by_key(|mp| std::cmp::Reverse(mp.len()));
+    for mp in points {
+        let _ = rustix::mount::unmount(mp.as_str(), rustix::mount::UnmountFlags::DETACH);
     }
 }
 
