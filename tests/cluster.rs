@@ -143,6 +143,9 @@ async fn node_joins_runs_a_deployment_and_rejects_what_does_not_fit() {
             "template": {
                 "metadata": {"labels": {"app": "krs-web"}},
                 "spec": {
+                    // Other tests' nodes stay in the cluster; one that stopped moments ago
+                    // still reads Ready to the scheduler.
+                    "nodeSelector": {"kubernetes.io/hostname": CLUSTER_NODE},
                     "terminationGracePeriodSeconds": 2,
                     "containers": [{
                         "name": "web", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
