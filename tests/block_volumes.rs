@@ -15,10 +15,10 @@ use std::io::{Read, Seek, Write};
 use std::path::Path;
 use std::time::Duration;
 
-use common::storage::{claim, mounts_under, pv, remove_claims_and_volumes, terminated};
+use common::storage::{create_bound, mounts_under, pv, remove_claims_and_volumes, terminated};
 use common::*;
 use csi_driver::{Options, TestDriver, attach_loop, detach_loop};
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::storage::v1::CSIDriver;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
@@ -32,24 +32,6 @@ const LOCAL_CLAIM: &str = "krs-block-local-pvc";
 const CSI_POD: &str = "krs-block-csi";
 const LOCAL_POD: &str = "krs-block-local";
 const SURVIVOR: &str = "krs-block-survivor";
-
-fn block_claim(name: &str, pv: &str) -> PersistentVolumeClaim {
-    let mut c = claim(name, pv);
-    c.spec.as_mut().unwrap().volume_mode = Some("Block".into());
-    c
-}
-
-async fn create_block_bound(client: &kube::Client, volume: &PersistentVolume, claim_name: &str) {
-    let post = PostParams::default();
-    let pvs: Api<PersistentVolume> = Api::all(client.clone());
-    pvs.create(&post, volume).await.unwrap();
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
-    let pv_name = volume.metadata.name.as_deref().unwrap();
-    claims
-        .create(&post, &block_claim(claim_name, pv_name))
-        .await
-        .unwrap();
-}
 
 fn device_pod(name: &str, claim: &str, script: &str) -> Pod {
     api_pod(json!({
@@ -118,7 +100,7 @@ async fn block_claims_reach_containers_as_devices() {
         CSI_CLAIM,
         json!({"volumeMode": "Block", "csi": {"driver": DRIVER, "volumeHandle": "blk-1"}}),
     );
-    create_block_bound(&client, &csi_pv, CSI_CLAIM).await;
+    create_bound(&client, &csi_pv, CSI_CLAIM).await;
 
     let mut k = Kubelet::new("block-volumes");
     // A device of the test's own for the local volume, holding what the pod must read.
@@ -143,7 +125,7 @@ async fn block_claims_reach_containers_as_devices() {
                 {"key": "kubernetes.io/hostname", "operator": "In", "values": [NODE]}]}]}},
         }),
     );
-    create_block_bound(&client, &local_pv, LOCAL_CLAIM).await;
+    create_bound(&client, &local_pv, LOCAL_CLAIM).await;
 
     k.start_as_node(NODE, &["--sync-frequency=10s"]);
     let registry = k.root_dir.join("plugins_registry");

@@ -40,17 +40,18 @@ pub fn pv(name: &str, claim: &str, source: serde_json::Value) -> PersistentVolum
     serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
 }
 
-/// Creates `volume` and a claim `claim` for it in "default".
+/// Creates `volume` and a claim `claim` for it in "default", of the volume's `volumeMode`
+/// (a claim binds only to a volume of its own mode).
 pub async fn create_bound(client: &kube::Client, volume: &PersistentVolume, claim_name: &str) {
     let pv_name = volume.metadata.name.as_deref().unwrap();
     let post = kube::api::PostParams::default();
     let pv_api: Api<PersistentVolume> = Api::all(client.clone());
     pv_api.create(&post, volume).await.unwrap();
+    let mut claim = claim(claim_name, pv_name);
+    claim.spec.as_mut().unwrap().volume_mode =
+        volume.spec.as_ref().and_then(|s| s.volume_mode.clone());
     let claim_api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
-    claim_api
-        .create(&post, &claim(claim_name, pv_name))
-        .await
-        .unwrap();
+    claim_api.create(&post, &claim).await.unwrap();
 }
 
 /// Removes the claims (in "default") and the volumes, whether or not they exist, and waits

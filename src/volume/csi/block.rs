@@ -15,11 +15,10 @@
 use std::path::{Path, PathBuf};
 
 use super::CsiError;
-use super::client::Client;
 use super::drivers::Drivers;
 use super::mount::{
-    CSI_PLUGIN_DIR, CsiVolume, SetUpError, VolData, publish_request, read_vol_data, stage_request,
-    write_vol_data,
+    CSI_PLUGIN_DIR, CsiVolume, SetUpError, VolData, publish_request, read_vol_data, set_up_client,
+    stage_request, tear_down_client, write_vol_data,
 };
 use crate::volume::empty_dir::is_mount_point;
 
@@ -70,20 +69,8 @@ pub async fn set_up(
     if published && !vol.requires_republish {
         return Ok(link);
     }
-    let Some(driver) = drivers.get(&vol.driver) else {
-        return Err(SetUpError::SetUp(format!(
-            "kubernetes.io/csi: blockMapper.SetUpDevice failed to get CSI client: driver name {} not found in the list of registered CSI drivers",
-            vol.driver
-        )));
-    };
+    let (mut client, caps) = set_up_client(drivers, &vol.driver, "blockMapper.SetUpDevice").await?;
     let call = |e: CsiError| e.to_string();
-    let mut client = Client::connect(&driver.endpoint)
-        .await
-        .map_err(|e| SetUpError::SetUp(call(e)))?;
-    let caps = client
-        .node_get_capabilities()
-        .await
-        .map_err(|e| SetUpError::SetUp(call(e)))?;
     write_vol_data(&data_dir(root_dir, &vol.name), data).map_err(SetUpError::MountDevice)?;
     let capability = super::mount::capability(vol, false);
     // Staged again for each pod, as upstream does: CSI makes staging idempotent.
@@ -182,15 +169,9 @@ async fn tear_down(
             data.volume_handle
         )
     };
-    let Some(driver) = drivers.get(&data.driver_name) else {
-        return Err(fail(format!(
-            "driver name {} not found in the list of registered CSI drivers",
-            data.driver_name
-        )));
-    };
-    let mut client = Client::connect(&driver.endpoint)
+    let mut client = tear_down_client(drivers, &data.driver_name)
         .await
-        .map_err(|e| fail(e.to_string()))?;
+        .map_err(fail)?;
     if publish.symlink_metadata().is_ok() {
         client
             .node_unpublish_volume(&data.volume_handle, &publish.to_string_lossy())

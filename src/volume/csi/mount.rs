@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::CsiError;
 use super::api;
-use super::client::Client;
+use super::client::{Client, NodeCapabilities};
 use super::drivers::Drivers;
 use crate::volume::empty_dir::is_mount_point;
 
@@ -177,20 +177,8 @@ pub async fn set_up(
             group_done: true,
         });
     }
-    let Some(driver) = drivers.get(&vol.driver) else {
-        return Err(SetUpError::SetUp(format!(
-            "kubernetes.io/csi: mounter.SetUpAt failed to get CSI client: driver name {} not found in the list of registered CSI drivers",
-            vol.driver
-        )));
-    };
+    let (mut client, caps) = set_up_client(drivers, &vol.driver, "mounter.SetUpAt").await?;
     let call = |e: CsiError| e.to_string();
-    let mut client = Client::connect(&driver.endpoint)
-        .await
-        .map_err(|e| SetUpError::SetUp(call(e)))?;
-    let caps = client
-        .node_get_capabilities()
-        .await
-        .map_err(|e| SetUpError::SetUp(call(e)))?;
     let capability = capability(vol, caps.volume_mount_group);
     let staging = if caps.stage_unstage && vol.lifecycle == Lifecycle::Persistent {
         let staging = staging_path(root_dir, &vol.driver, &vol.handle);
@@ -225,6 +213,36 @@ pub async fn set_up(
         target,
         group_done: republish || (caps.volume_mount_group && vol.mount_group.is_some()),
     })
+}
+
+/// A client of the registered driver `name` and what its Node service offers, for setting a
+/// volume up; a failure reads as upstream's `step` words it.
+pub(super) async fn set_up_client(
+    drivers: &Drivers,
+    name: &str,
+    step: &str,
+) -> Result<(Client, NodeCapabilities), SetUpError> {
+    let Some(driver) = drivers.get(name) else {
+        return Err(SetUpError::SetUp(format!(
+            "kubernetes.io/csi: {step} failed to get CSI client: driver name {name} not found in the list of registered CSI drivers"
+        )));
+    };
+    let set_up = |e: CsiError| SetUpError::SetUp(e.to_string());
+    let mut client = Client::connect(&driver.endpoint).await.map_err(set_up)?;
+    let caps = client.node_get_capabilities().await.map_err(set_up)?;
+    Ok((client, caps))
+}
+
+/// A client of the registered driver `name`, for tearing a volume down.
+pub(super) async fn tear_down_client(drivers: &Drivers, name: &str) -> Result<Client, String> {
+    let Some(driver) = drivers.get(name) else {
+        return Err(format!(
+            "driver name {name} not found in the list of registered CSI drivers"
+        ));
+    };
+    Client::connect(&driver.endpoint)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 pub(super) fn stage_request(
@@ -334,15 +352,9 @@ async fn unpublish(
             data.spec_volume_id, data.volume_handle
         )
     };
-    let Some(driver) = drivers.get(&data.driver_name) else {
-        return Err(fail(format!(
-            "driver name {} not found in the list of registered CSI drivers",
-            data.driver_name
-        )));
-    };
-    let mut client = Client::connect(&driver.endpoint)
+    let mut client = tear_down_client(drivers, &data.driver_name)
         .await
-        .map_err(|e| fail(e.to_string()))?;
+        .map_err(fail)?;
     client
         .node_unpublish_volume(&data.volume_handle, &target.to_string_lossy())
         .await
