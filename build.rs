@@ -1,5 +1,6 @@
 //! Generates the gRPC bindings: the CRI (runtime.v1), the kubelet's pod-resources (v1), plugin
-//! registration (pluginregistration) and the CSI Node and Identity services (csi.v1), and
+//! registration (pluginregistration), the CSI Node and Identity services (csi.v1) and the device
+//! plugin API (deviceplugin v1beta1), and
 //! stamps the binary with the commit it is built from, as upstream's `--version=raw` shows
 //! (GitCommit, GitTreeState).
 //!
@@ -54,6 +55,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "csi.v1.NodePublishVolumeRequest",
             "csi.v1.NodeExpandVolumeRequest",
         ])
+        .compile_fds(fds)?;
+
+    // The kubelet serves Registration and is the client of DevicePlugin; the other halves
+    // serve and drive the tests' own device plugin.
+    let deviceplugin = proto_root.join("deviceplugin/v1beta1/api.proto");
+    let fds = protox::compile([&deviceplugin], [proto_root])?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .generate_default_stubs(true)
         .compile_fds(fds)?;
     Ok(())
 }

@@ -64,6 +64,10 @@ privatize() {
 	mount --bind "$priv/resolv.conf" /etc/resolv.conf
 	mount --bind "$priv/pod-logs" /var/log/pods
 	mount --bind "$priv/container-logs" /var/log/containers
+	# Device plugins meet the kubelet in this fixed folder, whatever its --root-dir: each node
+	# has its own, as each machine would.
+	mkdir -p "$priv/device-plugins" /var/lib/kubelet/device-plugins
+	mount --bind "$priv/device-plugins" /var/lib/kubelet/device-plugins
 	private_tmp "$priv"
 	hostname "$N_NAME"
 }

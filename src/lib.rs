@@ -64,6 +64,7 @@ pub use telemetry::{TelemetryError, init_logging};
 pub mod testing {
     pub use crate::apiclient::{ApiClientError, connect};
     pub use crate::certificate::{CertError, bootstrap_if_needed, rotate_once};
+    pub use crate::cm::devicemanager::api as deviceplugin;
     pub use crate::cri::{CriError, connect_channel};
     pub use crate::pluginmanager::registration::api as pluginregistration;
     pub use crate::podinputs::tokens::TokenCache;

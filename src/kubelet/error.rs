@@ -38,6 +38,9 @@ pub enum KubeletError {
     /// The pod-resources socket could not be bound.
     #[error(transparent)]
     PodResources(#[from] podresources::PodResourcesError),
+    /// The device plugin folder or its registration socket could not be set up.
+    #[error(transparent)]
+    DeviceManager(#[from] crate::cm::devicemanager::DeviceManagerError),
     /// The plugin registry folder could not be made.
     #[error(transparent)]
     PluginManager(#[from] crate::pluginmanager::PluginManagerError),

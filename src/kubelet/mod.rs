@@ -43,6 +43,7 @@ struct Core {
     api: Option<kube::Client>,
     events: EventRecorder,
     status: Arc<StatusStore>,
+    devices: Arc<cm::devicemanager::DeviceManager>,
 }
 
 /// Runs the kubelet until `cancel` fires (pods keep running), or until a critical loop ends.
@@ -78,6 +79,14 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
     };
     let (listeners, server_settings) = Listeners::bind(&settings, &host, api.as_ref()).await?;
     let pod_resources = podresources::bind(root_dir)?;
+    // Upstream's fixed folder, whatever --root-dir says: plugins look for the kubelet there.
+    let devices = cm::devicemanager::DeviceManager::new(
+        std::path::Path::new(cm::devicemanager::DEVICE_PLUGIN_DIR),
+        &host.facts.boot_id,
+        cancel.child_token(),
+    );
+    let device_registration = devices.bind()?;
+    devices.spawn(device_registration, &mut tasks);
     let events = events::spawn(api.as_ref(), (&settings).into(), &mut tasks, &cancel);
     if on_cgroup_v1 {
         let warning = preflight::CGROUP_V1_WARNING;
@@ -101,6 +110,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         api,
         events,
         status,
+        devices,
     };
     // Upstream keeps the runtime's container events behind the EventedPLEG gate, off by
     // default; we follow them whenever the runtime offers them, unless the gate says false.
@@ -155,6 +165,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
     podresources::spawn(
         pod_resources,
         core.status.clone(),
+        core.devices.clone(),
         gates,
         &mut tasks,
         &cancel,

@@ -157,6 +157,7 @@ pub(super) fn spawn_node_status(
         shutting_down: view.shutting_down,
         pressure: view.pressure,
         addresses: Arc::new(watch::channel(Vec::<NodeAddress>::new()).0),
+        devices: Some(core.devices.clone()),
     };
     let addresses = node::spawn(ctx, tasks, cancel);
     let (client, name) = (client.clone(), core.node_name.clone());

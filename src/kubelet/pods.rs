@@ -62,7 +62,11 @@ pub(super) fn managers(
     let runtime_name = runtime_version.name.clone();
     let managers = PodManagers {
         parts: Managers {
-            runtime: Arc::new(runtime.with_oom_kills(oom_kills)),
+            runtime: Arc::new(
+                runtime
+                    .with_oom_kills(oom_kills)
+                    .with_devices(core.devices.clone()),
+            ),
             volumes: Arc::new(volumes.with_runtime(runtime_version)),
             probes,
             status: core.status.clone(),
@@ -98,6 +102,7 @@ pub(super) fn spawn_sync(
         }),
         shutting_down: node.shutting_down.clone(),
         pressure: node.pressure.clone(),
+        devices: core.devices.clone(),
     };
     let settings = (&core.settings).into();
     crate::sync::spawn(settings, security, deps, inputs, tasks, cancel)

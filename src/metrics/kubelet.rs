@@ -49,6 +49,9 @@ pub struct KubeletMetrics {
     pub evictions: Scalar,
     /// Images the image GC removed, by `reason` ("age" or "space").
     pub image_garbage_collected: Scalar,
+    /// Registrations of device plugins that passed the checks, by `resource_name`.
+    pub device_plugin_registrations: Scalar,
+    pub device_plugin_alloc_duration: Histogram,
     /// When the serving certificate expires (Unix seconds): unset while the serving
     /// certificate manager does not run (the family is then not exposed, as upstream
     /// registers it with the manager), `Some(None)` while it has no certificate.
@@ -200,6 +203,19 @@ impl KubeletMetrics {
                 "Total number of images garbage collected by the kubelet, whether through disk usage or image age.",
                 &["reason"],
             )),
+            device_plugin_registrations: Scalar::counter(alpha(
+                "kubelet_device_plugin_registration_total",
+                "Cumulative number of device plugin registrations. Broken down by resource name.",
+                &["resource_name"],
+            )),
+            device_plugin_alloc_duration: Histogram::new(
+                alpha(
+                    "kubelet_device_plugin_alloc_duration_seconds",
+                    "Duration in seconds to serve a device plugin Allocation request. Broken down by resource name.",
+                    &["resource_name"],
+                ),
+                DEF_BUCKETS,
+            ),
             server_cert_not_after: std::sync::Mutex::new(None),
         }
     }
@@ -249,6 +265,8 @@ impl KubeletMetrics {
             self.http_inflight_requests.family(),
             self.evictions.family(),
             self.image_garbage_collected.family(),
+            self.device_plugin_registrations.family(),
+            self.device_plugin_alloc_duration.family(),
         ]
         .into_iter()
         .chain(self.server_cert_ttl())

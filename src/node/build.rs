@@ -83,6 +83,8 @@ pub struct StatusInputs {
     pub pressure: Pressure,
     /// Attachable volumes mounted or being mounted here, sorted (`volumesInUse`).
     pub volumes_in_use: Vec<String>,
+    /// Device plugins' resources.
+    pub devices: crate::cm::devicemanager::Capacity,
 }
 
 fn now_time(now: &jiff::Timestamp) -> Time {
@@ -157,7 +159,7 @@ pub fn apply_status(
     let now = now_time(now);
     let status = node.status.get_or_insert_with(Default::default);
     set_addresses(&mut node.metadata, status, cfg);
-    set_machine_info(status, cfg, &inputs.machine);
+    set_machine_info(status, cfg, &inputs.machine, &inputs.devices);
     set_version_info(status, cfg, inputs);
     status.daemon_endpoints = Some(NodeDaemonEndpoints {
         kubelet_endpoint: Some(DaemonEndpoint { port: cfg.port }),
@@ -217,7 +219,12 @@ fn set_addresses(meta: &mut ObjectMeta, status: &mut NodeStatus, cfg: &NodeSetti
     status.addresses = Some(addrs);
 }
 
-fn set_machine_info(status: &mut NodeStatus, cfg: &NodeSettings, m: &MachineFacts) {
+fn set_machine_info(
+    status: &mut NodeStatus,
+    cfg: &NodeSettings,
+    m: &MachineFacts,
+    devices: &crate::cm::devicemanager::Capacity,
+) {
     let info = status.node_info.get_or_insert_with(Default::default);
     info.machine_id = m.machine_id.clone();
     info.system_uuid = m.system_uuid.clone();
@@ -241,6 +248,28 @@ fn set_machine_info(status: &mut NodeStatus, cfg: &NodeSettings, m: &MachineFact
     for (name, left) in allocatable::allocatable(&cfg.allocatable, &amounts) {
         let style = capacity.get(&name).map_or(Style::Decimal, Style::of);
         allocatable.insert(name, left.to_quantity(style));
+    }
+    set_device_resources(capacity, allocatable, devices);
+}
+
+/// Device plugins' resources: every device in capacity, the healthy ones in allocatable; a
+/// resource whose plugin is gone for good stays at zero, so the scheduler still knows it for
+/// a plugin resource (upstream's way).
+fn set_device_resources(
+    capacity: &mut BTreeMap<String, Quantity>,
+    allocatable: &mut BTreeMap<String, Quantity>,
+    devices: &crate::cm::devicemanager::Capacity,
+) {
+    let count = |n: i64| Quantity(n.to_string());
+    for (name, n) in &devices.capacity {
+        capacity.insert(name.clone(), count(*n));
+    }
+    for (name, n) in &devices.allocatable {
+        allocatable.insert(name.clone(), count(*n));
+    }
+    for name in &devices.removed {
+        capacity.insert(name.clone(), count(0));
+        allocatable.insert(name.clone(), count(0));
     }
 }
 

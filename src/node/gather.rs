@@ -182,6 +182,11 @@ pub async fn gather(
         ready_errors,
         pressure: *ctx.pressure.borrow(),
         volumes_in_use,
+        devices: ctx
+            .devices
+            .as_ref()
+            .map(|d| d.capacity())
+            .unwrap_or_default(),
     })
 }
 

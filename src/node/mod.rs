@@ -126,6 +126,8 @@ pub struct NodeContext {
     /// The node's addresses as the API server last accepted them (upstream's
     /// lastObservedNodeAddresses), for the serving certificate's names.
     pub addresses: Arc<tokio::sync::watch::Sender<Vec<k8s_openapi::api::core::v1::NodeAddress>>>,
+    /// Device plugins' resources for capacity and allocatable; None in tests without one.
+    pub devices: Option<Arc<crate::cm::devicemanager::DeviceManager>>,
 }
 
 impl NodeContext {

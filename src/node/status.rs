@@ -156,6 +156,7 @@ pub async fn run_status_loop(
     let mut announced = None;
     let mut shutting_down = ctx.shutting_down.clone();
     let mut pressure = ctx.pressure.clone();
+    let mut devices = ctx.devices.as_ref().map(|d| d.changes());
     loop {
         if let Err(NodeError::Cancelled) =
             sync_status(ctx, &mut tracker, &mut last_report, &mut announced, cancel).await
@@ -170,6 +171,18 @@ pub async fn run_status_loop(
             _ = tokio::time::sleep(period) => {}
             Ok(()) = shutting_down.changed() => {}
             Ok(()) = pressure.changed() => {}
+            Ok(()) = device_change(devices.as_mut()) => {}
         }
+    }
+}
+
+/// A device plugin's devices changed: reported at once, so the scheduler sees a device that
+/// came or went (or turned unhealthy) without waiting for the period.
+async fn device_change(
+    rx: Option<&mut tokio::sync::watch::Receiver<u64>>,
+) -> Result<(), tokio::sync::watch::error::RecvError> {
+    match rx {
+        Some(rx) => rx.changed().await,
+        None => std::future::pending().await,
     }
 }

@@ -42,6 +42,7 @@ fn dead_client() -> kube::Client {
 
 fn context(client: kube::Client, cri: &FakeCri, settings: NodeSettings) -> NodeContext {
     NodeContext {
+        devices: None,
         client,
         node_name: settings.hostname.clone(),
         settings,

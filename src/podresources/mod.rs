@@ -1,7 +1,7 @@
 //! The pod-resources gRPC service (v1) on `<root-dir>/pod-resources/kubelet.sock`: which pods
-//! and containers run here and what devices, exclusive CPUs and memory they hold. This kubelet
-//! has no device plugins and only the `none` CPU and memory policies, so, as upstream with
-//! those settings, containers hold none and nothing is allocatable.
+//! and containers run here and what devices, exclusive CPUs and memory they hold. Devices come
+//! from the device manager; this kubelet has only the `none` CPU and memory policies so far,
+//! so, as upstream with those, no container holds CPUs or memory and none are allocatable.
 
 #[allow(clippy::all, clippy::pedantic, missing_docs, unreachable_pub)]
 pub mod api {
@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use tracing::info;
 
+use crate::cm::devicemanager::{DeviceManager, HeldDevices};
 use crate::events::TokenBucket;
 use crate::status::StatusStore;
 use api::pod_resources_lister_server::{PodResourcesLister, PodResourcesListerServer};
@@ -49,6 +50,7 @@ pub struct PodResourcesService {
     limiter: Mutex<TokenBucket>,
     /// The KubeletPodResourcesGet gate (beta, on by default since 1.34).
     get_enabled: bool,
+    devices: Option<Arc<DeviceManager>>,
 }
 
 /// Whether `Get` is served: the KubeletPodResourcesGet gate, on unless turned off.
@@ -65,7 +67,13 @@ impl PodResourcesService {
             status,
             limiter: Mutex::new(TokenBucket::new(QPS, BURST, Instant::now())),
             get_enabled,
+            devices: None,
         }
+    }
+
+    pub fn with_devices(mut self, devices: Arc<DeviceManager>) -> Self {
+        self.devices = Some(devices);
+        self
     }
 
     fn admit(&self) -> Result<(), Status> {
@@ -80,8 +88,26 @@ fn is_active(pod: &Pod) -> bool {
     !pod.status.as_ref().is_some_and(crate::status::has_finished)
 }
 
-/// A pod's entry: its containers plus init containers that keep running (sidecars).
-fn resources_of(pod: &Pod) -> api::PodResources {
+fn topology(numa: Option<i64>) -> Option<api::TopologyInfo> {
+    numa.map(|id| api::TopologyInfo {
+        nodes: vec![api::NumaNode { id }],
+    })
+}
+
+fn container_devices(held: Vec<HeldDevices>) -> Vec<api::ContainerDevices> {
+    held.into_iter()
+        .map(|h| api::ContainerDevices {
+            resource_name: h.resource,
+            device_ids: h.ids,
+            topology: topology(h.numa),
+        })
+        .collect()
+}
+
+/// A pod's entry: its containers plus init containers that keep running (sidecars), each
+/// with the devices it holds.
+fn resources_of(pod: &Pod, devices: Option<&DeviceManager>) -> api::PodResources {
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
     let spec = pod.spec.as_ref();
     let sidecars = spec
         .and_then(|s| s.init_containers.as_ref())
@@ -96,6 +122,9 @@ fn resources_of(pod: &Pod) -> api::PodResources {
             .chain(containers)
             .map(|c| api::ContainerResources {
                 name: c.name.clone(),
+                devices: devices
+                    .map(|d| container_devices(d.container_devices(uid, &c.name)))
+                    .unwrap_or_default(),
                 ..Default::default()
             })
             .collect(),
@@ -115,7 +144,7 @@ impl PodResourcesLister for PodResourcesService {
             .pods()
             .iter()
             .filter(|p| is_active(p))
-            .map(resources_of)
+            .map(|p| resources_of(p, self.devices.as_deref()))
             .collect();
         Ok(Response::new(api::ListPodResourcesResponse {
             pod_resources,
@@ -127,7 +156,25 @@ impl PodResourcesLister for PodResourcesService {
         _: Request<api::AllocatableResourcesRequest>,
     ) -> Result<Response<api::AllocatableResourcesResponse>, Status> {
         self.admit()?;
-        Ok(Response::new(api::AllocatableResourcesResponse::default()))
+        // One entry per device, as upstream lists them.
+        let devices = self
+            .devices
+            .as_ref()
+            .map(|d| d.allocatable_devices())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(resource_name, id, numa)| api::ContainerDevices {
+                resource_name,
+                device_ids: vec![id],
+                topology: (!numa.is_empty()).then(|| api::TopologyInfo {
+                    nodes: numa.into_iter().map(|id| api::NumaNode { id }).collect(),
+                }),
+            })
+            .collect();
+        Ok(Response::new(api::AllocatableResourcesResponse {
+            devices,
+            ..Default::default()
+        }))
     }
 
     async fn get(
@@ -142,7 +189,7 @@ impl PodResourcesLister for PodResourcesService {
         let pod = self.status.find(&req.pod_namespace, &req.pod_name, None);
         match pod {
             Some(pod) => Ok(Response::new(api::GetPodResourcesResponse {
-                pod_resources: Some(resources_of(&pod)),
+                pod_resources: Some(resources_of(&pod, self.devices.as_deref())),
             })),
             // Upstream answers a plain error (gRPC code Unknown) with this text.
             None => Err(Status::unknown(format!(
@@ -176,11 +223,13 @@ pub fn bind(root_dir: &Path) -> Result<tokio::net::UnixListener, PodResourcesErr
 pub fn spawn(
     listener: tokio::net::UnixListener,
     status: Arc<StatusStore>,
+    devices: Arc<DeviceManager>,
     feature_gates: &std::collections::BTreeMap<String, bool>,
     tasks: &mut crate::tasks::Tasks,
     cancel: &CancellationToken,
 ) {
-    let service = PodResourcesService::new(status, get_enabled(feature_gates));
+    let service =
+        PodResourcesService::new(status, get_enabled(feature_gates)).with_devices(devices);
     tasks.critical_fallible(
         "pod-resources server",
         serve(listener, service, cancel.child_token()),

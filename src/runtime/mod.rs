@@ -181,6 +181,9 @@ pub struct RuntimeManager {
     /// Containers the kernel's OOM killer hit, which report `OOMKilled` whatever the runtime
     /// says (see crate::oom).
     oom_kills: Arc<crate::oom::OomKills>,
+    /// Device plugins' devices for the containers that ask for them; None in tests that have
+    /// no device manager.
+    devices: Option<Arc<crate::cm::devicemanager::DeviceManager>>,
     /// What each pod's cgroup and running containers were last given, for in-place resize.
     /// Bounded by the pods with workers: pruned to the observed containers on every sync and
     /// dropped when the pod is removed.
@@ -233,8 +236,14 @@ impl RuntimeManager {
             events,
             settings,
             oom_kills: Arc::default(),
+            devices: None,
             acked: Default::default(),
         }
+    }
+
+    pub fn with_devices(mut self, devices: Arc<crate::cm::devicemanager::DeviceManager>) -> Self {
+        self.devices = Some(devices);
+        self
     }
 
     pub fn with_oom_kills(mut self, oom_kills: Arc<crate::oom::OomKills>) -> Self {

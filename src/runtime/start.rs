@@ -302,6 +302,16 @@ impl RuntimeManager {
                 RETRY_AFTER_ERROR,
             )
         })?;
+        if let Some(devices) = &self.devices {
+            let options = devices.run_options(pod, container).await.map_err(|e| {
+                (
+                    "CreateContainerConfigError",
+                    e.to_string(),
+                    RETRY_AFTER_ERROR,
+                )
+            })?;
+            add_device_options(&mut config, options);
+        }
         Ok(config)
     }
 
@@ -469,4 +479,44 @@ impl RuntimeManager {
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())
     }
+}
+
+/// A container's device plugin answers in its CRI config: the plugins' env comes before the
+/// container's own (which wins where both set a name, as upstream orders them), the kubelet's
+/// own annotations win over a plugin's, and mounts and devices come after the volumes'.
+fn add_device_options(
+    config: &mut api::ContainerConfig,
+    options: crate::cm::devicemanager::RunOptions,
+) {
+    let mut envs: Vec<api::KeyValue> = options
+        .envs
+        .into_iter()
+        .map(|(key, value)| api::KeyValue { key, value })
+        .collect();
+    envs.append(&mut config.envs);
+    config.envs = envs;
+    for (k, v) in options.annotations {
+        config.annotations.entry(k).or_insert(v);
+    }
+    config
+        .mounts
+        .extend(options.mounts.into_iter().map(|m| api::Mount {
+            container_path: m.container_path,
+            host_path: m.host_path,
+            readonly: m.read_only,
+            ..Default::default()
+        }));
+    config
+        .devices
+        .extend(options.devices.into_iter().map(|d| api::Device {
+            container_path: d.container_path,
+            host_path: d.host_path,
+            permissions: d.permissions,
+        }));
+    config.cdi_devices.extend(
+        options
+            .cdi_devices
+            .into_iter()
+            .map(|name| api::CdiDevice { name }),
+    );
 }

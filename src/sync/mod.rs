@@ -164,6 +164,8 @@ pub struct SyncLoop {
     node_allocatable: Option<admission::Allocatable>,
     /// Checked for every pod, static ones too, as upstream does.
     security: Option<(security::SecurityAdmission, crate::events::EventRecorder)>,
+    /// Device plugins' devices: admission counts them, a pod that is gone gives them back.
+    devices: Option<Arc<crate::cm::devicemanager::DeviceManager>>,
     /// UIDs failed at admission, so later updates of the same object are not re-admitted.
     /// Bounded by the source's pods: entries go when the pod is removed.
     rejected: HashSet<String>,
@@ -213,6 +215,7 @@ impl SyncLoop {
             deferred_resizes: HashMap::new(),
             node_allocatable: None,
             security: None,
+            devices: None,
             rejected: HashSet::new(),
             ctx: Arc::new(WorkerContext {
                 runtime,
@@ -234,6 +237,11 @@ impl SyncLoop {
     /// Shares which pods have workers with the garbage collectors.
     pub fn with_known_pods(mut self, known: Arc<crate::gc::KnownPods>) -> Self {
         self.known = known;
+        self
+    }
+
+    pub fn with_devices(mut self, devices: Arc<crate::cm::devicemanager::DeviceManager>) -> Self {
+        self.devices = Some(devices);
         self
     }
 
@@ -540,7 +548,8 @@ impl SyncLoop {
                 Some((security, _)) => security.admit(pod),
                 None => Ok(()),
             })
-            .and_then(|()| self.admit_to_node(pod));
+            .and_then(|()| self.admit_to_node(pod))
+            .and_then(|()| self.admit_devices(pod));
         let Err(rejection) = verdict else {
             return true;
         };
@@ -624,6 +633,18 @@ impl SyncLoop {
         .and_then(|()| admission::admit_under_pressure(&pod, &adm.pressure.borrow()))
     }
 
+    /// The device manager's admission (upstream's resource allocation handler, which runs
+    /// for static pods too): a pod asking for more plugin devices than are free is failed.
+    fn admit_devices(&self, pod: &Arc<Pod>) -> Result<(), admission::Rejection> {
+        let Some(devices) = &self.devices else {
+            return Ok(());
+        };
+        devices.admit(pod).map_err(|e| admission::Rejection {
+            reason: "UnexpectedAdmissionError".into(),
+            message: format!("Allocate failed due to {e}, which is unexpected"),
+        })
+    }
+
     /// A pod removed from its source, or whose deletion the API server asked for.
     fn terminate(&mut self, pod: Arc<Pod>) {
         let uid = uid_of(&pod);
@@ -669,6 +690,9 @@ impl SyncLoop {
             self.known.forget(uid);
             self.allocations.forget(uid);
             self.deferred_resizes.remove(uid);
+            if let Some(devices) = &self.devices {
+                devices.forget(uid);
+            }
         }
         self.retry_deferred_resizes();
     }
@@ -765,6 +789,14 @@ impl SyncLoop {
                             unadmitted.contains_key(uid)
                                 || parked.values().any(|p| uid_of(p) == uid)
                         });
+                        if let Some(devices) = &self.devices {
+                            let workers = &self.workers;
+                            devices.retain(|uid| {
+                                workers.contains_key(uid)
+                                    || unadmitted.contains_key(uid)
+                                    || parked.values().any(|p| uid_of(p) == uid)
+                            });
+                        }
                         self.retry_deferred_resizes();
                     }
                     self.unpark_ready();

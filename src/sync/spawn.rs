@@ -63,6 +63,8 @@ pub struct SyncDeps {
     pub api_node: Option<ApiNode>,
     pub shutting_down: watch::Receiver<bool>,
     pub pressure: watch::Receiver<Pressure>,
+    /// Device plugins' devices, admitted for every pod (static ones too, as upstream's).
+    pub devices: Arc<crate::cm::devicemanager::DeviceManager>,
 }
 
 /// Starts the sync loop; its health is for healthz.
@@ -89,6 +91,7 @@ pub fn spawn(
         cancel.child_token(),
     )
     .with_known_pods(deps.known_pods)
+    .with_devices(deps.devices)
     .with_allocation_checkpoint(&deps.root_dir)
     .with_security(
         SecurityAdmission {

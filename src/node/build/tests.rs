@@ -48,6 +48,7 @@ fn inputs() -> StatusInputs {
         images: Vec::new(),
         runtime_handlers: None,
         ready_errors: Vec::new(),
+        devices: Default::default(),
         pressure: Pressure::default(),
         volumes_in_use: Vec::new(),
     }
