@@ -3,7 +3,8 @@
 //! its node ID, topology keys and volume limit published in the node's CSINode and the
 //! Node's `csi.volume.kubernetes.io/nodeid` annotation and labels, as upstream publishes
 //! them; the socket's removal takes it out again; a kubelet restart registers it anew;
-//! an unsupported version or plugin type is refused with upstream's reason.
+//! an unsupported version or plugin type is refused with upstream's reason (device plugins go
+//! to the device manager, which checks them as upstream's does).
 
 mod common;
 #[path = "common/csi_driver.rs"]
@@ -153,13 +154,24 @@ async fn unsupported_versions_and_plugin_types_are_refused_with_the_reason() {
         "{reason}"
     );
 
+    let mut dra = Options::new("dra.kubelet-rs.io", "n1");
+    dra.plugin_type = "DRAPlugin".to_string();
+    let dra = TestDriver::start(dra, k.dir.path(), &registry);
+    let (registered, reason) = verdict(&dra, 0).await;
+    assert!(!registered);
+    assert!(
+        reason.contains("no handler registered for plugin type: DRAPlugin"),
+        "{reason}"
+    );
+
+    // Device plugins go to the device manager, which checks their versions as upstream's.
     let mut device = Options::new("example.com/widget", "n1");
     device.plugin_type = "DevicePlugin".to_string();
     let device = TestDriver::start(device, k.dir.path(), &registry);
     let (registered, reason) = verdict(&device, 0).await;
     assert!(!registered);
     assert!(
-        reason.contains("no handler registered for plugin type: DevicePlugin"),
+        reason.contains("manager version, v1beta1, is not among plugin supported versions [1.0.0]"),
         "{reason}"
     );
 

@@ -1,6 +1,7 @@
 //! The plugin manager with its handlers: CSI drivers register here (the volume manager finds
 //! them in the returned registry), and with an API server the node's CSINode object is made
-//! at start, as upstream's CSI plugin makes it.
+//! at start, as upstream's CSI plugin makes it; device plugins may announce themselves here
+//! too, for the device manager.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +38,7 @@ pub(super) fn spawn(
     }
     let handlers = Handlers {
         csi: Some(Registration::new(drivers.clone(), publisher)),
+        devices: Some(core.devices.clone()),
     };
     pluginmanager::spawn(&core.settings.flags.root_dir, handlers, tasks, cancel)?;
     Ok(drivers)

@@ -1,4 +1,5 @@
-//! The plugin manager: node plugins (CSI drivers now, DRA drivers later) announce themselves
+//! The plugin manager: node plugins (CSI drivers and device plugins now, DRA drivers later)
+//! announce themselves
 //! by serving upstream's Registration service on a socket they put under
 //! `<root-dir>/plugins_registry/`. Once a second the folder is scanned (`socket_dir`) and the
 //! sockets found are reconciled with the plugins registered (`reconciler`): a new socket is
@@ -13,9 +14,12 @@ mod socket_dir;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
+use crate::cm::devicemanager::DeviceManager;
 use crate::volume::csi;
 
 /// The folder under the root dir, upstream's name.
@@ -37,12 +41,15 @@ pub enum PluginManagerError {
 #[derive(Clone, Default)]
 pub struct Handlers {
     pub csi: Option<csi::Registration>,
+    /// Device plugins may announce themselves here too, besides the device manager's socket.
+    pub devices: Option<Arc<DeviceManager>>,
 }
 
 impl Handlers {
     fn for_type(&self, plugin_type: &str) -> Option<Handler> {
         match plugin_type {
             "CSIPlugin" => self.csi.clone().map(Handler::Csi),
+            "DevicePlugin" => self.devices.clone().map(Handler::Device),
             _ => None,
         }
     }
@@ -52,12 +59,14 @@ impl Handlers {
 #[derive(Clone)]
 enum Handler {
     Csi(csi::Registration),
+    Device(Arc<DeviceManager>),
 }
 
 impl Handler {
     fn validate(&self, name: &str, endpoint: &Path, versions: &[String]) -> Result<(), String> {
         match self {
             Handler::Csi(h) => h.validate(name, endpoint, versions),
+            Handler::Device(_) => crate::cm::devicemanager::registration::validate(name, versions),
         }
     }
 
@@ -69,12 +78,17 @@ impl Handler {
     ) -> Result<(), String> {
         match self {
             Handler::Csi(h) => h.register(name, endpoint, versions).await,
+            Handler::Device(m) => m
+                .connect_at(name, endpoint)
+                .await
+                .map_err(|e| e.to_string()),
         }
     }
 
     async fn deregister(&self, name: &str) {
         match self {
             Handler::Csi(h) => h.deregister(name).await,
+            Handler::Device(m) => m.deregister(name),
         }
     }
 }

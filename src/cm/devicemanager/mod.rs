@@ -257,7 +257,16 @@ impl DeviceManager {
         resource: &str,
         endpoint: &str,
     ) -> Result<(), DeviceManagerError> {
-        let socket = self.dir.join(endpoint);
+        self.connect_at(resource, &self.dir.join(endpoint)).await
+    }
+
+    /// As `connect`, for a plugin at `socket` anywhere (announced through plugins_registry).
+    pub async fn connect_at(
+        self: &Arc<Self>,
+        resource: &str,
+        socket: &Path,
+    ) -> Result<(), DeviceManagerError> {
+        let socket = socket.to_path_buf();
         if !self.state().connect_allowed(resource) {
             return Err(DeviceManagerError::TooManyResources);
         }
@@ -315,11 +324,24 @@ impl DeviceManager {
             current
         };
         if current {
-            info!(resource = %ep.resource, "Device plugin disconnected: its devices are unhealthy until it registers again");
-            self.state().disconnect(&ep.resource, Instant::now());
-            self.save();
-            self.changed();
+            self.disconnected(&ep.resource);
         }
+    }
+
+    fn disconnected(&self, resource: &str) {
+        info!(resource = %resource, "Device plugin disconnected: its devices are unhealthy until it registers again");
+        self.state().disconnect(resource, Instant::now());
+        self.save();
+        self.changed();
+    }
+
+    /// A plugin announced through plugins_registry went (its socket is gone).
+    pub fn deregister(&self, resource: &str) {
+        let Some(ep) = self.endpoints().remove(resource) else {
+            return;
+        };
+        ep.stop.cancel();
+        self.disconnected(resource);
     }
 
     fn take_devices(&self, resource: &str, list: api::ListAndWatchResponse) {

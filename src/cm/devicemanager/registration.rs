@@ -90,6 +90,27 @@ pub fn check(req: &api::RegisterRequest) -> Result<(), String> {
     Ok(())
 }
 
+/// A device plugin announced in `plugins_registry/`, checked as upstream's ValidatePlugin
+/// checks it: its name is the resource.
+pub fn validate(name: &str, versions: &[String]) -> Result<(), String> {
+    if !versions
+        .iter()
+        .any(|v| SUPPORTED_VERSIONS.contains(&v.as_str()))
+    {
+        return Err(format!(
+            "manager version, {}, is not among plugin supported versions [{}]",
+            SUPPORTED_VERSIONS[0],
+            versions.join(" ")
+        ));
+    }
+    if !is_extended_resource_name(name) {
+        return Err(format!(
+            "invalid name of device plugin socket: the ResourceName {name:?} is invalid"
+        ));
+    }
+    Ok(())
+}
+
 pub struct RegistrationService {
     pub manager: Arc<DeviceManager>,
 }
@@ -174,5 +195,19 @@ mod tests {
         assert!(check(&req("v1beta1", "example.com/dev", "/tmp/x.sock")).is_err());
         assert!(check(&req("v1beta1", "example.com/dev", "")).is_err());
         check(&req("v1beta1", "example.com/dev", "p.sock")).unwrap();
+    }
+
+    #[test]
+    fn plugins_from_the_registry_folder_are_checked_alike() {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        validate("example.com/dev", &v(&["v1alpha1", "v1beta1"])).unwrap();
+        assert_eq!(
+            validate("example.com/dev", &v(&["v1", "v2"])).unwrap_err(),
+            "manager version, v1beta1, is not among plugin supported versions [v1 v2]"
+        );
+        assert_eq!(
+            validate("dev", &v(&["v1beta1"])).unwrap_err(),
+            "invalid name of device plugin socket: the ResourceName \"dev\" is invalid"
+        );
     }
 }
