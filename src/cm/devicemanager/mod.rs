@@ -212,7 +212,16 @@ impl DeviceManager {
             }
         }
         let path = self.socket_path();
-        tokio::net::UnixListener::bind(&path).map_err(|e| io("listen on", &path, e))
+        match tokio::net::UnixListener::bind(&path) {
+            // Another kubelet starting on this machine at the same moment bound it between
+            // the sweep and here: this one takes the folder over, as the later start would.
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                let _ = std::fs::remove_file(&path);
+                tokio::net::UnixListener::bind(&path)
+            }
+            other => other,
+        }
+        .map_err(|e| io("listen on", &path, e))
     }
 
     /// Serves Registration on the bound socket until cancelled; a failure ends the kubelet.
@@ -449,10 +458,7 @@ impl DeviceManager {
                 .await?;
             let held = self
                 .state()
-                .pods
-                .get(uid)
-                .and_then(|c| c.get(&container.name))
-                .and_then(|r| r.get(&resource))
+                .held(uid, &container.name, &resource)
                 .and_then(|a| a.response.clone());
             let response = match held {
                 Some(r) => r,
@@ -505,11 +511,7 @@ impl DeviceManager {
                 .candidates(uid, pod, container, resource, needed)?;
             let Some((best, rest)) = candidates else {
                 let state = self.state();
-                let held = state
-                    .pods
-                    .get(uid)
-                    .and_then(|c| c.get(container))
-                    .and_then(|r| r.get(resource));
+                let held = state.held(uid, container, resource);
                 return Ok(held
                     .map(|a| a.ids.iter().cloned().collect())
                     .unwrap_or_default());

@@ -144,6 +144,11 @@ fn pod_needs(pod: &Pod) -> BTreeMap<String, usize> {
 }
 
 impl State {
+    /// What `container` of pod `uid` holds of `resource`.
+    pub fn held(&self, uid: &str, container: &str, resource: &str) -> Option<&Assigned> {
+        self.pods.get(uid)?.get(container)?.get(resource)
+    }
+
     pub fn is_plugin_resource(&self, name: &str) -> bool {
         self.resources.contains_key(name)
             || self
@@ -235,12 +240,7 @@ impl State {
         resource: &str,
         needed: usize,
     ) -> Result<Option<Candidates>, AllocationError> {
-        let held = self
-            .pods
-            .get(uid)
-            .and_then(|c| c.get(container))
-            .and_then(|r| r.get(resource));
-        if let Some(held) = held {
+        if let Some(held) = self.held(uid, container, resource) {
             if held.ids.len() != needed {
                 return Err(AllocationError::Changed {
                     uid: uid.to_string(),
