@@ -216,6 +216,9 @@ pub fn admit_under_pressure(
 /// The taint the node lifecycle controller puts on a node with MemoryPressure.
 const MEMORY_PRESSURE_TAINT: &str = "node.kubernetes.io/memory-pressure";
 
+/// The reason of a pod the node's labels do not select.
+pub const NODE_AFFINITY: &str = "NodeAffinity";
+
 /// Checks `pod` against the node and the pods already admitted.
 pub fn admit<'a>(
     pod: &Pod,
@@ -229,7 +232,7 @@ pub fn admit<'a>(
         .as_ref()
         .is_none_or(|sel| sel.iter().all(|(k, v)| node_labels.get(k) == Some(v)));
     if !selector_ok || !required_affinity_matches(&spec, node_labels) {
-        return reject("NodeAffinity", "Predicate NodeAffinity failed".into());
+        return reject(NODE_AFFINITY, "Predicate NodeAffinity failed".into());
     }
     let (mut used_cpu, mut used_mem, mut count) = (0i64, 0i64, 0i64);
     let mut used_ports: HashSet<(String, String, i32)> = HashSet::new();

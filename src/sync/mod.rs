@@ -73,6 +73,8 @@ pub struct Admission {
     pub shutting_down: watch::Receiver<bool>,
     /// The node conditions the eviction manager reports.
     pub pressure: watch::Receiver<crate::eviction::Pressure>,
+    /// A second look at the labels before a pod is rejected for them (the watch may lag).
+    pub fresh_labels: Option<crate::node::labels::FreshLabels>,
 }
 
 pub struct SyncLoopInputs {
@@ -110,7 +112,7 @@ impl From<&crate::config::Settings> for SyncSettings {
 }
 
 /// Waits for `rx` to change; never, without one.
-async fn changed(rx: Option<watch::Receiver<bool>>) -> Result<(), watch::error::RecvError> {
+async fn changed<T>(rx: Option<watch::Receiver<T>>) -> Result<(), watch::error::RecvError> {
     match rx {
         Some(mut rx) => rx.changed().await,
         None => std::future::pending().await,
@@ -153,6 +155,13 @@ pub struct SyncLoop {
     /// New API pods waiting for the node's labels before their admission, by UID (their latest
     /// version). Bounded by the source's pods.
     unadmitted: HashMap<String, Arc<Pod>>,
+    /// Of `unadmitted`, the pods the watched labels rejected, by UID, with the number of the
+    /// fresh read of the node they wait for.
+    relabel: HashMap<String, u64>,
+    /// The number of the last fresh read asked for.
+    asked_reads: u64,
+    /// While pods are judged again after a fresh read: the labels it found.
+    recheck_labels: Option<std::collections::BTreeMap<String, String>>,
     /// API pods are admitted against this; static pods are not (like upstream's critical pods).
     admission: Option<Admission>,
     /// What each running pod was admitted with, for in-place resize.
@@ -210,6 +219,9 @@ impl SyncLoop {
             runtime_pods: None,
             runtime_listed: false,
             unadmitted: HashMap::new(),
+            relabel: HashMap::new(),
+            asked_reads: 0,
+            recheck_labels: None,
             admission: None,
             allocations: Default::default(),
             deferred_resizes: HashMap::new(),
@@ -382,7 +394,7 @@ impl SyncLoop {
                             *waiting = pod;
                             continue;
                         }
-                        self.unadmitted.remove(&uid);
+                        self.forget_unadmitted(&uid);
                     }
                     if pod.metadata.deletion_timestamp.is_some() {
                         self.terminate(pod);
@@ -401,6 +413,9 @@ impl SyncLoop {
                         continue;
                     }
                     if new && (finished(&pod) || !self.admitted(&pod)) {
+                        if self.relabel.contains_key(&uid) {
+                            continue;
+                        }
                         crate::startup::tracker().forget(&uid);
                         // No worker, but the pod exists: its dead containers and logs stay
                         // (`kubectl logs` of a completed pod) until its source removes it.
@@ -431,7 +446,7 @@ impl SyncLoop {
             }
             PodUpdate::Remove(pods) => {
                 for pod in pods {
-                    self.unadmitted.remove(&uid_of(&pod));
+                    self.forget_unadmitted(&uid_of(&pod));
                     self.terminate(pod);
                 }
             }
@@ -553,8 +568,71 @@ impl SyncLoop {
         let Err(rejection) = verdict else {
             return true;
         };
+        if rejection.reason == admission::NODE_AFFINITY && self.ask_fresh_labels(pod) {
+            return false;
+        }
         self.reject(pod, rejection);
         false
+    }
+
+    /// Parks an API pod the watched labels reject until a fresh read of the node is in: the
+    /// user may have labelled the node just before creating the pod, and the node's watch may
+    /// not have shown it yet. False when this already is the second look, or there is none.
+    fn ask_fresh_labels(&mut self, pod: &Arc<Pod>) -> bool {
+        if self.recheck_labels.is_some() {
+            return false;
+        }
+        let Some(fresh) = self
+            .admission
+            .as_ref()
+            .and_then(|a| a.fresh_labels.as_ref())
+        else {
+            return false;
+        };
+        self.asked_reads += 1;
+        fresh.ask.send_replace(self.asked_reads);
+        let uid = uid_of(pod);
+        debug!(pod = %pod_full_name(pod), %uid, "The node's watched labels reject the pod: reading the node again");
+        self.unadmitted.insert(uid.clone(), pod.clone());
+        self.relabel.insert(uid, self.asked_reads);
+        true
+    }
+
+    /// Judges again, against what a fresh read of the node found (or the watched labels if
+    /// it failed), the pods that waited for that read.
+    fn recheck_relabelled(&mut self) {
+        let Some(adm) = self.admission.as_mut() else {
+            return;
+        };
+        let Some(fresh) = adm.fresh_labels.as_mut() else {
+            return;
+        };
+        let (served, labels) = fresh.read.borrow_and_update().clone();
+        let labels = labels.unwrap_or_else(|| adm.node_labels.borrow().clone());
+        let due: Vec<String> = self
+            .relabel
+            .iter()
+            .filter(|(_, asked)| **asked <= served)
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        let pods: Vec<Arc<Pod>> = due
+            .iter()
+            .filter_map(|uid| {
+                self.relabel.remove(uid);
+                self.unadmitted.remove(uid)
+            })
+            .collect();
+        if pods.is_empty() {
+            return;
+        }
+        self.recheck_labels = Some(labels);
+        self.handle_update(PodUpdate::Add(pods));
+        self.recheck_labels = None;
+    }
+
+    fn forget_unadmitted(&mut self, uid: &str) {
+        self.unadmitted.remove(uid);
+        self.relabel.remove(uid);
     }
 
     /// A pod failed at admission: a Failed status, a warning event and no worker.
@@ -599,6 +677,7 @@ impl SyncLoop {
             return;
         }
         let pods: Vec<Arc<Pod>> = self.unadmitted.drain().map(|(_, p)| p).collect();
+        self.relabel.clear();
         info!(
             pods = pods.len(),
             "The node's labels are read: admitting the pods that waited for them"
@@ -621,7 +700,10 @@ impl SyncLoop {
             .filter(|w| !w.is_terminating())
             .map(|w| w.pod())
             .collect();
-        let node_labels = adm.node_labels.borrow().clone();
+        let node_labels = match &self.recheck_labels {
+            Some(labels) => labels.clone(),
+            None => adm.node_labels.borrow().clone(),
+        };
         let pod = self.allocations.as_admitted(&uid_of(pod), pod.clone());
         admission::admit(
             &pod,
@@ -750,10 +832,16 @@ impl SyncLoop {
         loop {
             self.health.mark();
             let labels_synced = self.admission.as_ref().map(|a| a.labels_synced.clone());
+            let fresh_read = self
+                .admission
+                .as_ref()
+                .and_then(|a| a.fresh_labels.as_ref())
+                .map(|f| f.read.clone());
             tokio::select! {
                 _ = self.cancel.cancelled() => return,
                 Some(update) = inputs.pod_updates.recv() => self.handle_update(update),
                 Ok(()) = changed(labels_synced) => self.admit_unadmitted(),
+                Ok(()) = changed(fresh_read) => self.recheck_relabelled(),
                 Some(uid) = inputs.pleg_events.recv() => {
                     if let Some(w) = self.workers.get(&uid) {
                         w.poke();

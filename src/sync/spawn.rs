@@ -105,7 +105,7 @@ pub fn spawn(
         // Pods from the API server are admitted against what the node offers them and against
         // its labels as they are now (a user may add some after registration).
         Some(node) => {
-            let (node_labels, labels_synced) = crate::node::labels::spawn_watch(
+            let watched = crate::node::labels::spawn_watch(
                 node.client,
                 node.name,
                 node.labels,
@@ -114,10 +114,11 @@ pub fn spawn(
             );
             sync_loop.with_admission(Admission {
                 allocatable: deps.allocatable,
-                node_labels,
-                labels_synced,
+                node_labels: watched.labels,
+                labels_synced: watched.synced,
                 shutting_down: deps.shutting_down,
                 pressure: deps.pressure,
+                fresh_labels: Some(watched.fresh),
             })
         }
         // Standalone: nothing is admitted against it, but resizes still must fit.

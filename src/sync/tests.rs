@@ -186,6 +186,7 @@ async fn api_pods_wait_for_the_node_labels_before_admission() {
         labels_synced,
         shutting_down: watch::channel(false).1,
         pressure: watch::channel(Default::default()).1,
+        fresh_labels: None,
     };
     let node = Node::start_admitting(h, true, None, Some(admission)).await;
     let selecting = |uid: &str, value: &str| {
@@ -217,6 +218,68 @@ async fn api_pods_wait_for_the_node_labels_before_admission() {
     })
     .await;
     // The pod the labels do not match is rejected as before.
+    wait_until("the other pod rejected", Duration::from_secs(5), || {
+        store
+            .status("u-hdd")
+            .is_some_and(|s| s.phase.as_deref() == Some("Failed"))
+    })
+    .await;
+}
+
+/// The node's watch may lag a label the user added just before creating a pod that selects
+/// it: such a pod is judged again against a fresh read of the node, not rejected at once.
+#[tokio::test]
+async fn a_pod_the_watched_labels_reject_is_judged_again_on_a_fresh_read() {
+    let h = Harness::new().await;
+    let (ask, mut asked) = watch::channel(0u64);
+    let (read_tx, read) = watch::channel((0u64, None));
+    let admission = super::Admission {
+        allocatable: super::admission::Allocatable {
+            cpu_millis: 4000,
+            memory_bytes: 8 << 30,
+            pods: 110,
+            ..Default::default()
+        },
+        node_labels: watch::channel(std::collections::BTreeMap::new()).1,
+        labels_synced: watch::channel(true).1,
+        shutting_down: watch::channel(false).1,
+        pressure: watch::channel(Default::default()).1,
+        fresh_labels: Some(crate::node::labels::FreshLabels { ask, read }),
+    };
+    let node = Node::start_admitting(h, true, None, Some(admission)).await;
+    let selecting = |uid: &str, value: &str| {
+        let mut p = pod(uid, "Always", &[], &[&format!("app-{uid}")]);
+        if let Some(spec) = p.spec.as_mut() {
+            spec.node_selector = Some([("disk".to_string(), value.to_string())].into());
+        }
+        Arc::new(p)
+    };
+    node.send(PodUpdate::Add(vec![
+        selecting("u-ssd", "ssd"),
+        selecting("u-hdd", "hdd"),
+    ]))
+    .await;
+    tokio::time::timeout(Duration::from_secs(5), asked.changed())
+        .await
+        .expect("no fresh read asked for")
+        .unwrap();
+    assert!(
+        node.status.status("u-ssd").is_none(),
+        "rejected before the fresh read"
+    );
+    let served = *asked.borrow_and_update();
+    read_tx.send_replace((
+        served,
+        Some([("disk".to_string(), "ssd".to_string())].into()),
+    ));
+
+    let store = node.status.clone();
+    wait_until("the selecting pod running", Duration::from_secs(5), || {
+        store
+            .status("u-ssd")
+            .is_some_and(|s| is_running(&s, "app-u-ssd"))
+    })
+    .await;
     wait_until("the other pod rejected", Duration::from_secs(5), || {
         store
             .status("u-hdd")
