@@ -368,11 +368,14 @@ impl DeviceManager {
                 },
             )
         });
-        let kept = self.state().update_devices(resource, devices);
-        if kept < total {
-            warn!(resource = %resource, devices = total, kept, "Device plugin lists more devices than are kept");
+        let listed = self.state().update_devices(resource, devices);
+        if listed.kept < total {
+            warn!(resource = %resource, devices = total, kept = listed.kept, "Device plugin lists more devices than are kept");
         }
-        debug!(resource = %resource, devices = kept, "State pushed for device plugin");
+        if !listed.changed {
+            return;
+        }
+        debug!(resource = %resource, devices = listed.kept, "State pushed for device plugin");
         self.save();
         self.changed();
     }

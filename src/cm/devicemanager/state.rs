@@ -29,6 +29,17 @@ pub struct Resource {
     pub devices: BTreeMap<String, Device>,
     /// When its plugin went away; None while one serves it.
     pub stopped_at: Option<Instant>,
+    /// Whether its plugin sent a list since it connected.
+    pub listed: bool,
+}
+
+/// What a plugin's list did to the state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Listed {
+    /// The number of devices kept (the list may be longer than the bound).
+    pub kept: usize,
+    /// False when the list says what the state already held: nothing to save or report.
+    pub changed: bool,
 }
 
 impl Resource {
@@ -389,18 +400,26 @@ impl State {
         self.removed.retain(|r| r != resource);
         let r = self.resources.entry(resource.to_string()).or_default();
         r.stopped_at = None;
+        r.listed = false;
         true
     }
 
-    /// A plugin's full device list replaces what it said before. The number of devices kept.
+    /// A plugin's full device list replaces what it said before. A plugin may resend the same
+    /// list often; only a first list or a different one counts as a change.
     pub fn update_devices(
         &mut self,
         resource: &str,
         devices: impl Iterator<Item = (String, Device)>,
-    ) -> usize {
+    ) -> Listed {
         let r = self.resources.entry(resource.to_string()).or_default();
-        r.devices = devices.take(MAX_DEVICES_PER_RESOURCE).collect();
-        r.devices.len()
+        let devices: BTreeMap<String, Device> = devices.take(MAX_DEVICES_PER_RESOURCE).collect();
+        let changed = !r.listed || r.devices != devices;
+        r.devices = devices;
+        r.listed = true;
+        Listed {
+            kept: r.devices.len(),
+            changed,
+        }
     }
 
     /// Its plugin went away: every device counts as unhealthy until it comes back or the
@@ -633,10 +652,41 @@ mod tests {
         }
         assert!(!s.connect("example.com/one-more"));
         assert!(s.connect("example.com/r0"), "a known one reconnects");
-        let kept = s.update_devices(
+        let listed = s.update_devices(
             "example.com/r0",
             (0..MAX_DEVICES_PER_RESOURCE + 5).map(|i| (i.to_string(), Device::default())),
         );
-        assert_eq!(kept, MAX_DEVICES_PER_RESOURCE);
+        assert_eq!(listed.kept, MAX_DEVICES_PER_RESOURCE);
+    }
+
+    #[test]
+    fn only_a_first_or_different_list_is_a_change() {
+        let mut s = State::default();
+        assert!(s.connect(R));
+        let list = |healthy: bool| {
+            [(
+                "d1".to_string(),
+                Device {
+                    healthy,
+                    numa: vec![0],
+                },
+            )]
+            .into_iter()
+        };
+        assert!(s.update_devices(R, list(true)).changed, "the first list");
+        assert!(
+            !s.update_devices(R, list(true)).changed,
+            "the same list again"
+        );
+        assert!(s.update_devices(R, list(false)).changed, "a health change");
+        assert!(s.connect(R));
+        assert!(
+            s.update_devices(R, list(false)).changed,
+            "the first list after a reconnect"
+        );
+        assert!(
+            s.update_devices(R, std::iter::empty()).changed,
+            "devices gone"
+        );
     }
 }
