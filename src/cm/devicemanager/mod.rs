@@ -91,32 +91,12 @@ impl RunOptions {
                 None => self.envs.push((k.clone(), v.clone())),
             }
         }
-        for m in &resp.mounts {
-            match self
-                .mounts
-                .iter()
-                .find(|o| o.container_path == m.container_path)
-            {
-                Some(o) if o.host_path != m.host_path => {
-                    warn!(container_path = %m.container_path, "Container mount has conflicting setting")
-                }
-                Some(_) => {}
-                None => self.mounts.push(m.clone()),
-            }
-        }
-        for d in &resp.devices {
-            match self
-                .devices
-                .iter()
-                .find(|o| o.container_path == d.container_path)
-            {
-                Some(o) if o.host_path != d.host_path => {
-                    warn!(container_path = %d.container_path, "Container device has conflicting setting")
-                }
-                Some(_) => {}
-                None => self.devices.push(d.clone()),
-            }
-        }
+        add_by_container_path(&mut self.mounts, &resp.mounts, "mount", |m| {
+            (&m.container_path, &m.host_path)
+        });
+        add_by_container_path(&mut self.devices, &resp.devices, "device", |d| {
+            (&d.container_path, &d.host_path)
+        });
         let mut annotations: Vec<(&String, &String)> = resp.annotations.iter().collect();
         annotations.sort();
         for (k, v) in annotations {
@@ -128,6 +108,26 @@ impl RunOptions {
             if !self.cdi_devices.contains(&c.name) {
                 self.cdi_devices.push(c.name.clone());
             }
+        }
+    }
+}
+
+/// Adds each of `new` whose container path `into` does not hold yet; one that names a held path
+/// with another host path is logged and left out. `paths` gives (container path, host path).
+fn add_by_container_path<T: Clone>(
+    into: &mut Vec<T>,
+    new: &[T],
+    what: &str,
+    paths: fn(&T) -> (&str, &str),
+) {
+    for n in new {
+        let (container, host) = paths(n);
+        match into.iter().map(paths).find(|(c, _)| *c == container) {
+            Some((_, held)) if held != host => {
+                warn!(container_path = %container, "Container {what} has conflicting setting")
+            }
+            Some(_) => {}
+            None => into.push(n.clone()),
         }
     }
 }

@@ -339,3 +339,56 @@ async fn a_corrupt_checkpoint_is_set_aside_with_a_warning() {
     m.admit(&pod("p", 1)).unwrap();
     bed.cancel.cancel();
 }
+
+/// Two plugins' answers for one container: the first setting of an env, a mount's or a
+/// device's container path stays; a later different one is left out.
+#[test]
+fn the_first_answer_for_a_container_path_or_env_stays() {
+    let mount = |c: &str, h: &str| api::Mount {
+        container_path: c.into(),
+        host_path: h.into(),
+        read_only: false,
+    };
+    let device = |c: &str, h: &str| api::DeviceSpec {
+        container_path: c.into(),
+        host_path: h.into(),
+        permissions: "rw".into(),
+    };
+    let first = api::ContainerAllocateResponse {
+        envs: [("A".to_string(), "1".to_string())].into(),
+        mounts: vec![mount("/data", "/host/a")],
+        devices: vec![device("/dev/w0", "/dev/widget0")],
+        ..Default::default()
+    };
+    let second = api::ContainerAllocateResponse {
+        envs: [
+            ("A".to_string(), "2".to_string()),
+            ("B".to_string(), "3".to_string()),
+        ]
+        .into(),
+        mounts: vec![mount("/data", "/host/b"), mount("/cache", "/host/c")],
+        devices: vec![
+            device("/dev/w0", "/dev/widget9"),
+            device("/dev/w1", "/dev/widget1"),
+        ],
+        ..Default::default()
+    };
+    let mut options = RunOptions::default();
+    options.merge(&first);
+    options.merge(&second);
+    assert_eq!(
+        options.envs,
+        [("A".into(), "1".into()), ("B".into(), "3".into())]
+    );
+    assert_eq!(
+        options.mounts,
+        [mount("/data", "/host/a"), mount("/cache", "/host/c")]
+    );
+    assert_eq!(
+        options.devices,
+        [
+            device("/dev/w0", "/dev/widget0"),
+            device("/dev/w1", "/dev/widget1")
+        ]
+    );
+}
