@@ -128,8 +128,13 @@ async fn claims_bound_to_host_path_volumes_mount_and_unbound_ones_wait() {
     );
     let message = event_starting(&client, WAITER, &expected, Duration::from_secs(60)).await;
     assert!(message.starts_with(&expected), "{message}");
-    let p = pods.get(WAITER).await.unwrap();
-    assert_eq!(waiting_reason(&p).as_deref(), Some("ContainerCreating"));
+    // The status patch is its own request and may land just after the event.
+    let waiting = "the waiting pod's ContainerCreating status";
+    wait_async(Duration::from_secs(20), waiting, || async {
+        let p = pods.get(WAITER).await.ok()?;
+        (waiting_reason(&p).as_deref() == Some("ContainerCreating")).then_some(())
+    })
+    .await;
 
     // Once the volume appears and binds, the pod starts on a later sync.
     pvs.create(&post, &host_pv(LATE_PV, &host_path, LATE_CLAIM))

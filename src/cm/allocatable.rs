@@ -47,18 +47,41 @@ pub struct AllocatableSettings {
 impl From<&Settings> for AllocatableSettings {
     fn from(settings: &Settings) -> Self {
         let cfg = &settings.config;
+        let (system_reserved, kube_reserved) = with_reserved_cpus(
+            &cfg.system_reserved,
+            &cfg.kube_reserved,
+            &cfg.reserved_system_cpus,
+        );
         AllocatableSettings {
             max_pods: cfg.max_pods,
             pods_per_core: cfg.pods_per_core,
             local_storage_capacity_isolation: cfg.local_storage_capacity_isolation,
-            system_reserved: cfg.system_reserved.clone(),
-            kube_reserved: cfg.kube_reserved.clone(),
+            system_reserved,
+            kube_reserved,
             eviction_hard: cfg.eviction_hard.clone(),
             enforce_node_allocatable: cfg.enforce_node_allocatable.clone(),
             system_reserved_cgroup: cfg.system_reserved_cgroup.clone(),
             kube_reserved_cgroup: cfg.kube_reserved_cgroup.clone(),
         }
     }
+}
+
+/// reservedSystemCPUs replaces the cpu of both reservations, as upstream does: kube-reserved
+/// loses its cpu and system-reserved holds the number of CPUs listed.
+pub fn with_reserved_cpus(
+    system_reserved: &BTreeMap<String, String>,
+    kube_reserved: &BTreeMap<String, String>,
+    reserved_system_cpus: &str,
+) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    let (mut system, mut kube) = (system_reserved.clone(), kube_reserved.clone());
+    let count = crate::cm::cpumanager::CpuSet::parse(reserved_system_cpus)
+        .map(|s| s.len())
+        .unwrap_or(0);
+    if count > 0 {
+        kube.remove(CPU);
+        system.insert(CPU.to_string(), count.to_string());
+    }
+    (system, kube)
 }
 
 /// The resource name of a huge page size ("hugepages-2Mi").
@@ -510,6 +533,16 @@ mod tests {
             reserved_limits(&system, false).unwrap().memory_limit,
             Some(1 << 30)
         );
+    }
+
+    #[test]
+    fn reserved_system_cpus_replace_the_cpu_of_both_reservations() {
+        let system = reserved(&[("cpu", "500m"), ("memory", "1Gi")]);
+        let kube = reserved(&[("cpu", "1")]);
+        let (s, k) = with_reserved_cpus(&system, &kube, "0,2-3");
+        assert_eq!(s, reserved(&[("cpu", "3"), ("memory", "1Gi")]));
+        assert_eq!(k, reserved(&[]));
+        assert_eq!(with_reserved_cpus(&system, &kube, ""), (system, kube));
     }
 
     #[test]

@@ -41,6 +41,9 @@ pub enum KubeletError {
     /// The device plugin folder or its registration socket could not be set up.
     #[error(transparent)]
     DeviceManager(#[from] crate::cm::devicemanager::DeviceManagerError),
+    /// The CPU manager's policy, options or state file are unusable.
+    #[error(transparent)]
+    CpuManager(#[from] crate::cm::cpumanager::CpuManagerError),
     /// The plugin registry folder could not be made.
     #[error(transparent)]
     PluginManager(#[from] crate::pluginmanager::PluginManagerError),

@@ -44,6 +44,7 @@ struct Core {
     events: EventRecorder,
     status: Arc<StatusStore>,
     devices: Arc<cm::devicemanager::DeviceManager>,
+    cpus: Arc<cm::cpumanager::CpuManager>,
 }
 
 /// Runs the kubelet until `cancel` fires (pods keep running), or until a critical loop ends.
@@ -69,6 +70,10 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
     let mut cgroup_settings = cm::CgroupSettings::from(&settings);
     cgroup_settings.driver = preflight::cgroup_driver(&settings, &cri).await?;
     let cgroups = cgroup_settings.start()?;
+    // A state file of another policy, or one this machine no longer matches, stops the kubelet
+    // here, before any pod runs (as upstream's container manager does).
+    let cpus = cm::cpumanager::CpuManager::start(&(&settings).into())?;
+    cpus.spawn_reconcile(cri.clone(), &mut tasks, &cancel);
 
     // API server mode (after TLS bootstrap), then the ports: bad TLS or auth settings and
     // taken ports stop the kubelet here, before any pod runs.
@@ -111,6 +116,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         events,
         status,
         devices,
+        cpus,
     };
     // Upstream keeps the runtime's container events behind the EventedPLEG gate, off by
     // default; we follow them whenever the runtime offers them, unless the gate says false.
@@ -166,6 +172,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         pod_resources,
         core.status.clone(),
         core.devices.clone(),
+        core.cpus.clone(),
         gates,
         &mut tasks,
         &cancel,

@@ -65,7 +65,8 @@ pub(super) fn managers(
             runtime: Arc::new(
                 runtime
                     .with_oom_kills(oom_kills)
-                    .with_devices(core.devices.clone()),
+                    .with_devices(core.devices.clone())
+                    .with_cpus(core.cpus.clone()),
             ),
             volumes: Arc::new(volumes.with_runtime(runtime_version)),
             probes,
@@ -103,6 +104,7 @@ pub(super) fn spawn_sync(
         shutting_down: node.shutting_down.clone(),
         pressure: node.pressure.clone(),
         devices: core.devices.clone(),
+        cpus: core.cpus.clone(),
     };
     let settings = (&core.settings).into();
     crate::sync::spawn(settings, security, deps, inputs, tasks, cancel)

@@ -27,13 +27,14 @@ pub fn check_supported(settings: &Settings, host: &Host) -> Result<(), KubeletEr
         warn!("--bootstrap-kubeconfig needs --kubeconfig to write to; running standalone");
     }
     for setting in resource_managers_ignored(cfg) {
-        warn!(setting = %setting, "This resource manager setting is not implemented by this version of kubelet-rs and has no effect: containers get no exclusive CPUs, memory or NUMA alignment");
+        warn!(setting = %setting, "This resource manager setting is not implemented by this version of kubelet-rs and has no effect: containers get no exclusive memory or NUMA alignment");
     }
     Ok(())
 }
 
-/// The CPU, memory and topology manager settings asked for that this version does not honour
-/// (only their defaults, `none`/`None`, are what it does), so none is dropped without a word.
+/// The memory and topology manager settings asked for that this version does not honour
+/// (only their defaults, `None`/`none`, are what it does), so none is dropped without a word.
+/// The CPU manager's settings are all honoured or refused (cm::cpumanager).
 pub fn resource_managers_ignored(cfg: &crate::config::KubeletConfiguration) -> Vec<String> {
     let mut ignored = Vec::new();
     let mut policy = |name: &str, value: &str, default: &str| {
@@ -41,16 +42,12 @@ pub fn resource_managers_ignored(cfg: &crate::config::KubeletConfiguration) -> V
             ignored.push(format!("{name}: {value}"));
         }
     };
-    policy("cpuManagerPolicy", &cfg.cpu_manager_policy, "none");
     policy("memoryManagerPolicy", &cfg.memory_manager_policy, "None");
     policy(
         "topologyManagerPolicy",
         &cfg.topology_manager_policy,
         "none",
     );
-    for (key, value) in &cfg.cpu_manager_policy_options {
-        ignored.push(format!("cpuManagerPolicyOptions: {key}={value}"));
-    }
     for (key, value) in &cfg.topology_manager_policy_options {
         ignored.push(format!("topologyManagerPolicyOptions: {key}={value}"));
     }
@@ -203,10 +200,8 @@ mod tests {
         assert_eq!(
             resource_managers_ignored(&cfg),
             [
-                "cpuManagerPolicy: static",
                 "memoryManagerPolicy: Static",
                 "topologyManagerPolicy: single-numa-node",
-                "cpuManagerPolicyOptions: full-pcpus-only=true",
             ]
         );
     }

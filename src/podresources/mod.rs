@@ -1,7 +1,8 @@
 //! The pod-resources gRPC service (v1) on `<root-dir>/pod-resources/kubelet.sock`: which pods
 //! and containers run here and what devices, exclusive CPUs and memory they hold. Devices come
-//! from the device manager; this kubelet has only the `none` CPU and memory policies so far,
-//! so, as upstream with those, no container holds CPUs or memory and none are allocatable.
+//! from the device manager, exclusive CPUs from the CPU manager (none with its `none` policy);
+//! this kubelet has only the `None` memory policy so far, so, as upstream with it, no
+//! container holds memory and none is allocatable.
 
 #[allow(clippy::all, clippy::pedantic, missing_docs, unreachable_pub)]
 pub mod api {
@@ -17,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use tracing::info;
 
+use crate::cm::cpumanager::CpuManager;
 use crate::cm::devicemanager::{DeviceManager, HeldDevices};
 use crate::events::TokenBucket;
 use crate::status::StatusStore;
@@ -51,6 +53,7 @@ pub struct PodResourcesService {
     /// The KubeletPodResourcesGet gate (beta, on by default since 1.34).
     get_enabled: bool,
     devices: Option<Arc<DeviceManager>>,
+    cpus: Option<Arc<CpuManager>>,
 }
 
 /// Whether `Get` is served: the KubeletPodResourcesGet gate, on unless turned off.
@@ -68,12 +71,22 @@ impl PodResourcesService {
             limiter: Mutex::new(TokenBucket::new(QPS, BURST, Instant::now())),
             get_enabled,
             devices: None,
+            cpus: None,
         }
     }
 
     pub fn with_devices(mut self, devices: Arc<DeviceManager>) -> Self {
         self.devices = Some(devices);
         self
+    }
+
+    pub fn with_cpus(mut self, cpus: Arc<CpuManager>) -> Self {
+        self.cpus = Some(cpus);
+        self
+    }
+
+    fn resources_of(&self, pod: &Pod) -> api::PodResources {
+        resources_of(pod, self.devices.as_deref(), self.cpus.as_deref())
     }
 
     fn admit(&self) -> Result<(), Status> {
@@ -106,7 +119,11 @@ fn container_devices(held: Vec<HeldDevices>) -> Vec<api::ContainerDevices> {
 
 /// A pod's entry: its containers plus init containers that keep running (sidecars), each
 /// with the devices it holds.
-fn resources_of(pod: &Pod, devices: Option<&DeviceManager>) -> api::PodResources {
+fn resources_of(
+    pod: &Pod,
+    devices: Option<&DeviceManager>,
+    cpus: Option<&CpuManager>,
+) -> api::PodResources {
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
     let spec = pod.spec.as_ref();
     let sidecars = spec
@@ -124,6 +141,14 @@ fn resources_of(pod: &Pod, devices: Option<&DeviceManager>) -> api::PodResources
                 name: c.name.clone(),
                 devices: devices
                     .map(|d| container_devices(d.container_devices(uid, &c.name)))
+                    .unwrap_or_default(),
+                cpu_ids: cpus
+                    .map(|m| {
+                        m.exclusive_cpus(uid, &c.name)
+                            .iter()
+                            .map(i64::from)
+                            .collect()
+                    })
                     .unwrap_or_default(),
                 ..Default::default()
             })
@@ -144,7 +169,7 @@ impl PodResourcesLister for PodResourcesService {
             .pods()
             .iter()
             .filter(|p| is_active(p))
-            .map(|p| resources_of(p, self.devices.as_deref()))
+            .map(|p| self.resources_of(p))
             .collect();
         Ok(Response::new(api::ListPodResourcesResponse {
             pod_resources,
@@ -171,8 +196,14 @@ impl PodResourcesLister for PodResourcesService {
                 }),
             })
             .collect();
+        let cpu_ids = self
+            .cpus
+            .as_ref()
+            .map(|m| m.allocatable_cpus().iter().map(i64::from).collect())
+            .unwrap_or_default();
         Ok(Response::new(api::AllocatableResourcesResponse {
             devices,
+            cpu_ids,
             ..Default::default()
         }))
     }
@@ -189,7 +220,7 @@ impl PodResourcesLister for PodResourcesService {
         let pod = self.status.find(&req.pod_namespace, &req.pod_name, None);
         match pod {
             Some(pod) => Ok(Response::new(api::GetPodResourcesResponse {
-                pod_resources: Some(resources_of(&pod, self.devices.as_deref())),
+                pod_resources: Some(self.resources_of(&pod)),
             })),
             // Upstream answers a plain error (gRPC code Unknown) with this text.
             None => Err(Status::unknown(format!(
@@ -224,12 +255,14 @@ pub fn spawn(
     listener: tokio::net::UnixListener,
     status: Arc<StatusStore>,
     devices: Arc<DeviceManager>,
+    cpus: Arc<CpuManager>,
     feature_gates: &std::collections::BTreeMap<String, bool>,
     tasks: &mut crate::tasks::Tasks,
     cancel: &CancellationToken,
 ) {
-    let service =
-        PodResourcesService::new(status, get_enabled(feature_gates)).with_devices(devices);
+    let service = PodResourcesService::new(status, get_enabled(feature_gates))
+        .with_devices(devices)
+        .with_cpus(cpus);
     tasks.critical_fallible(
         "pod-resources server",
         serve(listener, service, cancel.child_token()),

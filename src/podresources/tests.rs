@@ -286,3 +286,65 @@ async fn clients_sending_a_socket_path_as_authority_are_answered() {
     assert_eq!(list.pod_resources[0].name, "web");
     cancel.cancel();
 }
+
+#[tokio::test]
+async fn exclusive_cpus_are_listed_per_container_and_the_rest_as_allocatable() {
+    use crate::cm::cpumanager::{CpuManager, CpuSettings};
+    let dir = tempfile::tempdir().unwrap();
+    let sysfs = dir.path().join("sys");
+    crate::cm::cpumanager::topology::fake_sysfs(&sysfs, &[(0, "0", 0), (0, "1", 0), (0, "2", 0)]);
+    let cpus = CpuManager::start(&CpuSettings {
+        policy: "static".into(),
+        options: Default::default(),
+        reconcile_period: Duration::from_secs(10),
+        reserved_system_cpus: "0".into(),
+        reserved_cpu: crate::quantity::Amount::parse("1").ok(),
+        feature_gates: Default::default(),
+        root_dir: dir.path().to_path_buf(),
+        sysfs,
+    })
+    .unwrap();
+    let mut p = pod("web", "Running", &["app", "proxy"], None);
+    let guaranteed: std::collections::BTreeMap<String, _> = [
+        (
+            "cpu".to_string(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity("1".into()),
+        ),
+        (
+            "memory".to_string(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity("1Mi".into()),
+        ),
+    ]
+    .into();
+    let spec = p.spec.as_mut().unwrap();
+    spec.init_containers = None;
+    for c in &mut spec.containers {
+        c.resources = Some(k8s_openapi::api::core::v1::ResourceRequirements {
+            requests: Some(guaranteed.clone()),
+            limits: Some(guaranteed.clone()),
+            ..Default::default()
+        });
+    }
+    cpus.admit(&p).unwrap();
+    let status = Arc::new(StatusStore::default());
+    let st = p.status.clone().unwrap();
+    status.set("uid-web", Arc::new(p), st);
+    let service = PodResourcesService::new(status, true).with_cpus(cpus);
+    let list = service
+        .list(Request::new(api::ListPodResourcesRequest {}))
+        .await
+        .unwrap()
+        .into_inner();
+    let ids: Vec<Vec<i64>> = list.pod_resources[0]
+        .containers
+        .iter()
+        .map(|c| c.cpu_ids.clone())
+        .collect();
+    assert_eq!(ids, [vec![1], vec![2]]);
+    let alloc = service
+        .get_allocatable_resources(Request::new(api::AllocatableResourcesRequest {}))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(alloc.cpu_ids, [1, 2]);
+}

@@ -184,6 +184,8 @@ pub struct RuntimeManager {
     /// Device plugins' devices for the containers that ask for them; None in tests that have
     /// no device manager.
     devices: Option<Arc<crate::cm::devicemanager::DeviceManager>>,
+    /// The CPU manager's cpuset for each container; None in tests that have none.
+    cpus: Option<Arc<crate::cm::cpumanager::CpuManager>>,
     /// What each pod's cgroup and running containers were last given, for in-place resize.
     /// Bounded by the pods with workers: pruned to the observed containers on every sync and
     /// dropped when the pod is removed.
@@ -237,12 +239,18 @@ impl RuntimeManager {
             settings,
             oom_kills: Arc::default(),
             devices: None,
+            cpus: None,
             acked: Default::default(),
         }
     }
 
     pub fn with_devices(mut self, devices: Arc<crate::cm::devicemanager::DeviceManager>) -> Self {
         self.devices = Some(devices);
+        self
+    }
+
+    pub fn with_cpus(mut self, cpus: Arc<crate::cm::cpumanager::CpuManager>) -> Self {
+        self.cpus = Some(cpus);
         self
     }
 

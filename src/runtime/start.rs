@@ -312,6 +312,16 @@ impl RuntimeManager {
             })?;
             add_device_options(&mut config, options);
         }
+        // The CPU manager's cpuset: exclusive CPUs, or the shared pool (static policy only).
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        if let Some(cpus) = self
+            .cpus
+            .as_ref()
+            .and_then(|m| m.cpuset_for(uid, &container.name))
+            && let Some(resources) = config.linux.as_mut().and_then(|l| l.resources.as_mut())
+        {
+            resources.cpuset_cpus = cpus.to_string();
+        }
         Ok(config)
     }
 
@@ -343,11 +353,9 @@ impl RuntimeManager {
             backoff.record_restart(key, now);
         }
         metrics::record_container_started(pod, &container.name);
-        let limits = config
-            .linux
-            .as_ref()
-            .and_then(|l| l.resources.as_ref())
-            .map(resize::Limits::from);
+        let resources = config.linux.as_ref().and_then(|l| l.resources.as_ref());
+        let limits = resources.map(resize::Limits::from);
+        let cpuset = resources.map(|r| r.cpuset_cpus.clone());
         let id = self
             .cri
             .create_container(sandbox_id, config, sandbox_config.clone())
@@ -357,6 +365,12 @@ impl RuntimeManager {
                 let message = e.message().map_or_else(|| e.to_string(), str::to_string);
                 ("CreateContainerError", message, RETRY_AFTER_ERROR)
             })?;
+        if let (Some(cpus), Some(text)) = (&self.cpus, cpuset.filter(|s| !s.is_empty())) {
+            cpus.started(
+                &id,
+                &crate::cm::cpumanager::CpuSet::parse(&text).unwrap_or_default(),
+            );
+        }
         if let Some(limits) = limits {
             self.acked_lock()
                 .entry(uid.to_string())

@@ -175,6 +175,9 @@ pub struct SyncLoop {
     security: Option<(security::SecurityAdmission, crate::events::EventRecorder)>,
     /// Device plugins' devices: admission counts them, a pod that is gone gives them back.
     devices: Option<Arc<crate::cm::devicemanager::DeviceManager>>,
+    /// The CPU manager: exclusive CPUs are taken at admission and given back when the pod is
+    /// gone.
+    cpus: Option<Arc<crate::cm::cpumanager::CpuManager>>,
     /// UIDs failed at admission, so later updates of the same object are not re-admitted.
     /// Bounded by the source's pods: entries go when the pod is removed.
     rejected: HashSet<String>,
@@ -228,6 +231,7 @@ impl SyncLoop {
             node_allocatable: None,
             security: None,
             devices: None,
+            cpus: None,
             rejected: HashSet::new(),
             ctx: Arc::new(WorkerContext {
                 runtime,
@@ -254,6 +258,11 @@ impl SyncLoop {
 
     pub fn with_devices(mut self, devices: Arc<crate::cm::devicemanager::DeviceManager>) -> Self {
         self.devices = Some(devices);
+        self
+    }
+
+    pub fn with_cpus(mut self, cpus: Arc<crate::cm::cpumanager::CpuManager>) -> Self {
+        self.cpus = Some(cpus);
         self
     }
 
@@ -564,7 +573,8 @@ impl SyncLoop {
                 None => Ok(()),
             })
             .and_then(|()| self.admit_to_node(pod))
-            .and_then(|()| self.admit_devices(pod));
+            .and_then(|()| self.admit_devices(pod))
+            .and_then(|()| self.admit_cpus(pod));
         let Err(rejection) = verdict else {
             return true;
         };
@@ -727,6 +737,18 @@ impl SyncLoop {
         })
     }
 
+    /// The CPU manager's admission, last because it takes CPUs (and gives them back itself
+    /// when the pod does not fit whole): exclusive CPUs for Guaranteed containers.
+    fn admit_cpus(&self, pod: &Arc<Pod>) -> Result<(), admission::Rejection> {
+        let Some(cpus) = &self.cpus else {
+            return Ok(());
+        };
+        cpus.admit(pod).map_err(|e| admission::Rejection {
+            reason: e.reason().into(),
+            message: e.message(),
+        })
+    }
+
     /// A pod removed from its source, or whose deletion the API server asked for.
     fn terminate(&mut self, pod: Arc<Pod>) {
         let uid = uid_of(&pod);
@@ -774,6 +796,9 @@ impl SyncLoop {
             self.deferred_resizes.remove(uid);
             if let Some(devices) = &self.devices {
                 devices.forget(uid);
+            }
+            if let Some(cpus) = &self.cpus {
+                cpus.forget(uid);
             }
         }
         self.retry_deferred_resizes();
@@ -877,13 +902,17 @@ impl SyncLoop {
                             unadmitted.contains_key(uid)
                                 || parked.values().any(|p| uid_of(p) == uid)
                         });
+                        let workers = &self.workers;
+                        let wanted = |uid: &str| {
+                            workers.contains_key(uid)
+                                || unadmitted.contains_key(uid)
+                                || parked.values().any(|p| uid_of(p) == uid)
+                        };
                         if let Some(devices) = &self.devices {
-                            let workers = &self.workers;
-                            devices.retain(|uid| {
-                                workers.contains_key(uid)
-                                    || unadmitted.contains_key(uid)
-                                    || parked.values().any(|p| uid_of(p) == uid)
-                            });
+                            devices.retain(wanted);
+                        }
+                        if let Some(cpus) = &self.cpus {
+                            cpus.retain(wanted);
                         }
                         self.retry_deferred_resizes();
                     }

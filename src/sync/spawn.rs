@@ -65,6 +65,7 @@ pub struct SyncDeps {
     pub pressure: watch::Receiver<Pressure>,
     /// Device plugins' devices, admitted for every pod (static ones too, as upstream's).
     pub devices: Arc<crate::cm::devicemanager::DeviceManager>,
+    pub cpus: Arc<crate::cm::cpumanager::CpuManager>,
 }
 
 /// Starts the sync loop; its health is for healthz.
@@ -92,6 +93,7 @@ pub fn spawn(
     )
     .with_known_pods(deps.known_pods)
     .with_devices(deps.devices)
+    .with_cpus(deps.cpus)
     .with_allocation_checkpoint(&deps.root_dir)
     .with_security(
         SecurityAdmission {

@@ -1,0 +1,134 @@
+//! The static CPU manager on this machine's CPUs, through static pods on the real containerd:
+//! with CPU 0 reserved, a Guaranteed container asking for one CPU runs on CPU 1 alone; a
+//! BestEffort container runs on the shared pool, which shrinks to `0` while CPU 1 is taken
+//! and grows back to `0-1` once the Guaranteed pod is gone (the reconcile loop moves the
+//! running container); `cpu_manager_state` says so in upstream's shape; and a kubelet started
+//! with another policy over that state refuses to start, with upstream's words.
+//!
+//! Each container writes its `Cpus_allowed_list` to a hostPath file twice a second. Needs two
+//! online CPUs (this bed has two); on a machine with one it says so and checks the refusal.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+
+const GUARANTEED: &str = r#"    resources:
+      requests: {cpu: "1", memory: 32Mi}
+      limits: {cpu: "1", memory: 32Mi}
+"#;
+
+fn cpus_pod(name: &str, out: &Path, resources: &str) -> String {
+    static_pod(
+        name,
+        &format!(
+            r#"  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: {BUSYBOX}
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "while true; do grep Cpus_allowed_list /proc/self/status | cut -f2 > /out/{name}.tmp; mv /out/{name}.tmp /out/{name}; sleep 0.5; done"]
+    volumeMounts:
+    - {{name: out, mountPath: /out}}
+{resources}  volumes:
+  - {{name: out, hostPath: {{path: {out}}}}}
+"#,
+            out = out.display()
+        ),
+    )
+}
+
+fn wait_cpus(out: &Path, name: &str, want: &str, k: &Kubelet) {
+    let path = out.join(name);
+    let got = wait_for_opt(Duration::from_secs(60), || {
+        let text = std::fs::read_to_string(&path).ok()?;
+        (text.trim() == want).then_some(())
+    });
+    assert!(
+        got.is_some(),
+        "{name} never ran on CPUs {want:?} (last: {:?})\n{}",
+        std::fs::read_to_string(&path).ok(),
+        tail(&k.log(), 60)
+    );
+}
+
+fn online_cpus() -> String {
+    std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn guaranteed_containers_get_cpus_of_their_own_and_the_shared_pool_follows() {
+    let _guard = serial();
+    let mut k = Kubelet::new("cpu-manager");
+    let out = k.dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    // A drop-in, as a --config file would bring the file defaults (webhook authentication).
+    let config = k.drop_ins.join("50-cpu-manager.conf");
+    std::fs::write(
+        &config,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\ncpuManagerReconcilePeriod: 1s\n",
+    )
+    .unwrap();
+    let state = k.root_dir.join("cpu_manager_state");
+    if online_cpus() != "0-1" {
+        eprintln!(
+            "online CPUs are {:?}, not 0-1: only the refusal is checked",
+            online_cpus()
+        );
+    } else {
+        k.write_manifest("shared.yaml", &cpus_pod("shared", &out, ""));
+        k.start();
+        wait_cpus(&out, "shared", "0-1", &k);
+
+        k.write_manifest("pinned.yaml", &cpus_pod("pinned", &out, GUARANTEED));
+        wait_cpus(&out, "pinned", "1", &k);
+        wait_cpus(&out, "shared", "0", &k);
+        let text = std::fs::read_to_string(&state).unwrap();
+        assert!(
+            text.starts_with(r#"{"policyName":"static","defaultCpuSet":"0","entries":{""#)
+                && text.contains(r#"":{"main":"1"}}"#),
+            "{text}"
+        );
+
+        k.remove_manifest("pinned.yaml");
+        wait_cpus(&out, "shared", "0-1", &k);
+        let text = std::fs::read_to_string(&state).unwrap();
+        assert!(
+            text.starts_with(r#"{"policyName":"static","defaultCpuSet":"0-1","checksum":"#),
+            "{text}"
+        );
+        k.remove_manifest("shared.yaml");
+        wait_for(Duration::from_secs(60), "the pods gone", || {
+            k.pods().is_empty().then_some(())
+        });
+        k.stop();
+    }
+
+    // The state says static: a kubelet asked for `none` over it stops, naming the file.
+    if !state.exists() {
+        k.start();
+        k.stop();
+    }
+    std::fs::remove_file(&config).unwrap();
+    k.spawn_with(&[]);
+    let status = k
+        .wait_exit(Duration::from_secs(30))
+        .expect("the kubelet should stop at start");
+    assert!(!status.success());
+    let log = k.log();
+    // The log line quotes the message, so its quotes come escaped.
+    let want = format!(
+        r#"configured policy \"none\" differs from state checkpoint policy \"static\", please drain this node and delete the CPU manager checkpoint file \"{}\" before restarting Kubelet"#,
+        state.display()
+    );
+    assert!(log.contains(&want), "{}", tail(&log, 30));
+    // Without the file it starts again (and cleans up).
+    std::fs::remove_file(&state).unwrap();
+    k.cleanup();
+}
