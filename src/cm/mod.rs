@@ -2,6 +2,7 @@
 //! cgroup v1 and v2) and node allocatable.
 
 pub mod allocatable;
+pub mod checkpoint_file;
 pub mod cpumanager;
 pub mod devicemanager;
 pub mod driver;

@@ -7,6 +7,8 @@ use std::hash::Hasher;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
+use crate::cm::checkpoint_file::{FNV_OFFSET, fnv1a};
+
 pub const POD_NAME: &str = "io.kubernetes.pod.name";
 pub const POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
 pub const POD_UID: &str = "io.kubernetes.pod.uid";
@@ -135,13 +137,8 @@ pub fn upstream_hash(container: &Container) -> u64 {
     json.push_str(",\"name\":");
     go_json_string(&mut json, &container.name);
     json.push('}');
-    let mut h: u32 = 0x811c_9dc5;
-    let mut write = |bytes: &[u8]| {
-        for b in bytes {
-            h ^= u32::from(*b);
-            h = h.wrapping_mul(0x0100_0193);
-        }
-    };
+    let mut h = FNV_OFFSET;
+    let mut write = |bytes: &[u8]| h = fnv1a(h, bytes);
     write(b"([]uint8)[");
     for (i, b) in json.bytes().enumerate() {
         if i > 0 {

@@ -93,9 +93,9 @@ pub fn take_by_topology(
             let cpus = topo.cpus_in_core(c);
             cpus.is_subset(&acc.free)
         })
-        .map(|c| {
-            let socket = topo.cpus[&c].socket;
-            (acc.free_in(&topo.cpus_in_socket(socket)), socket, c)
+        .filter_map(|c| {
+            let socket = topo.cpus.get(&c)?.socket;
+            Some((acc.free_in(&topo.cpus_in_socket(socket)), socket, c))
         })
         .collect();
     cores.sort();
@@ -222,25 +222,8 @@ fn combinations(n: usize, k: usize) -> Vec<Vec<usize>> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::topology::{Topology, fake_sysfs};
+    use super::super::topology::{Topology, two_sockets_ht};
     use super::*;
-
-    /// 2 sockets (one NUMA node each) × 2 cores × 2 threads; cpu n and n+4 are siblings.
-    fn two_sockets_ht() -> Topology {
-        let dir = tempfile::tempdir().unwrap();
-        let layout = [
-            (0, "0,4", 0),
-            (0, "1,5", 0),
-            (1, "2,6", 1),
-            (1, "3,7", 1),
-            (0, "0,4", 0),
-            (0, "1,5", 0),
-            (1, "2,6", 1),
-            (1, "3,7", 1),
-        ];
-        fake_sysfs(dir.path(), &layout);
-        Topology::read(dir.path()).unwrap()
-    }
 
     fn set(s: &str) -> CpuSet {
         CpuSet::parse(s).unwrap()

@@ -8,10 +8,11 @@
 //! `{"policyName":"none","defaultCpuSet":"","checksum":1353318690}`, is a test below.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+
+use crate::cm::checkpoint_file::{FNV_OFFSET, fnv1a, replace_synced};
 
 pub const FILE_NAME: &str = "cpu_manager_state";
 
@@ -97,12 +98,7 @@ pub fn render(cp: &Checkpoint) -> String {
 }
 
 pub fn checksum(cp: &Checkpoint) -> u64 {
-    let mut hash: u32 = 0x811c_9dc5;
-    for b in render(cp).bytes() {
-        hash ^= u32::from(b);
-        hash = hash.wrapping_mul(0x0100_0193);
-    }
-    u64::from(hash)
+    u64::from(fnv1a(FNV_OFFSET, render(cp).as_bytes()))
 }
 
 /// The checkpoint on disk; None when there is none. A checksum of 0 is accepted, as upstream
@@ -141,11 +137,7 @@ pub fn write(path: &Path, cp: &Checkpoint) -> Result<(), CheckpointError> {
         source,
     };
     let body = serde_json::to_vec(&cp).map_err(|e| err(std::io::Error::other(e)))?;
-    let tmp = path.with_extension("tmp");
-    let mut file = std::fs::File::create(&tmp).map_err(err)?;
-    file.write_all(&body).map_err(err)?;
-    file.sync_all().map_err(err)?;
-    std::fs::rename(&tmp, path).map_err(err)
+    replace_synced(path, &body).map_err(err)
 }
 
 #[cfg(test)]

@@ -89,8 +89,12 @@ pub struct CpuSettings {
 impl From<&crate::config::Settings> for CpuSettings {
     fn from(settings: &crate::config::Settings) -> Self {
         let cfg = &settings.config;
-        let reserved = crate::cm::allocatable::AllocatableSettings::from(settings);
-        let reserved_cpu = [&reserved.system_reserved, &reserved.kube_reserved]
+        let (system, kube) = crate::cm::allocatable::with_reserved_cpus(
+            &cfg.system_reserved,
+            &cfg.kube_reserved,
+            &cfg.reserved_system_cpus,
+        );
+        let reserved_cpu = [&system, &kube]
             .iter()
             .filter_map(|r| r.get(crate::pod::qos::CPU))
             .map(|v| Amount::parse(v).unwrap_or_default())
@@ -151,8 +155,8 @@ impl CpuManager {
             reason,
             path: path.clone(),
         };
-        let mut state = match checkpoint::read(&path).map_err(|e| restore(e.to_string()))? {
-            None => Assignments::default(),
+        let restored = match checkpoint::read(&path).map_err(|e| restore(e.to_string()))? {
+            None => None,
             Some(cp) => {
                 if cp.policy_name != name {
                     return Err(restore(format!(
@@ -160,9 +164,10 @@ impl CpuManager {
                         cp.policy_name
                     )));
                 }
-                from_checkpoint(&cp).map_err(restore)?
+                Some(from_checkpoint(&cp).map_err(restore)?)
             }
         };
+        let mut state = restored.clone().unwrap_or_default();
         if let Some(p) = &policy {
             p.validate(&mut state)
                 .map_err(|source| CpuManagerError::InvalidState {
@@ -180,10 +185,13 @@ impl CpuManager {
                 ..Inner::default()
             }),
         };
-        {
-            let inner = manager.lock();
+        // Written when missing or when the policy's start changed it (an empty state fills
+        // the pool), as upstream stores it.
+        let inner = manager.lock();
+        if restored.as_ref() != Some(&inner.state) {
             manager.save(&inner.state);
         }
+        drop(inner);
         info!(policy = name, reconcile_period = ?s.reconcile_period, "Starting CPU manager");
         Ok(Arc::new(manager))
     }

@@ -72,8 +72,9 @@ impl Topology {
                     });
                 }
             };
+            // An online CPU always names its core, whatever the siblings list holds.
             let siblings = read_list(&topo.join("thread_siblings_list"))?;
-            let core = siblings.iter().next().unwrap_or(cpu);
+            let core = siblings.intersection(&online).iter().next().unwrap_or(cpu);
             let numa = numa_of.get(&cpu).copied().unwrap_or(0);
             cpus.insert(cpu, CpuInfo { core, socket, numa });
         }
@@ -177,26 +178,31 @@ pub fn fake_sysfs(root: &Path, layout: &[(u32, &str, u32)]) {
     }
 }
 
+/// 2 sockets (one NUMA node each) × 2 cores × 2 threads; cpu n and n+4 are siblings.
+#[cfg(test)]
+pub fn two_sockets_ht() -> Topology {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = [
+        (0, "0,4", 0),
+        (0, "1,5", 0),
+        (1, "2,6", 1),
+        (1, "3,7", 1),
+        (0, "0,4", 0),
+        (0, "1,5", 0),
+        (1, "2,6", 1),
+        (1, "3,7", 1),
+    ];
+    fake_sysfs(dir.path(), &layout);
+    Topology::read(dir.path()).unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn a_two_socket_machine_with_hyperthreads_is_read_from_sysfs() {
-        let dir = tempfile::tempdir().unwrap();
-        // 2 sockets × 2 cores × 2 threads; thread siblings are cpu n and n+4.
-        let layout = [
-            (0, "0,4", 0),
-            (0, "1,5", 0),
-            (1, "2,6", 1),
-            (1, "3,7", 1),
-            (0, "0,4", 0),
-            (0, "1,5", 0),
-            (1, "2,6", 1),
-            (1, "3,7", 1),
-        ];
-        fake_sysfs(dir.path(), &layout);
-        let t = Topology::read(dir.path()).unwrap();
+        let t = two_sockets_ht();
         assert_eq!(t.all().to_string(), "0-7");
         assert_eq!(t.cpus_per_core(), 2);
         assert_eq!(t.cpus_per_socket(), 4);
@@ -212,6 +218,16 @@ mod tests {
                 numa: 1
             }
         );
+    }
+
+    #[test]
+    fn a_siblings_list_naming_only_offline_cpus_leaves_the_cpu_its_own_core() {
+        let dir = tempfile::tempdir().unwrap();
+        fake_sysfs(dir.path(), &[(0, "7", 0), (0, "1,9", 0)]);
+        let t = Topology::read(dir.path()).unwrap();
+        assert_eq!((t.cpus[&0].core, t.cpus[&1].core), (0, 1));
+        let taken = super::super::assign::take_by_topology(&t, &t.all(), 2).unwrap();
+        assert_eq!(taken.to_string(), "0-1");
     }
 
     #[test]

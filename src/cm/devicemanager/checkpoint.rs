@@ -8,10 +8,11 @@
 //! on-disk form keeps which one the JSON had.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+
+use crate::cm::checkpoint_file::{FNV_OFFSET, fnv1a, replace_synced};
 
 pub const FILE_NAME: &str = "kubelet_internal_checkpoint";
 
@@ -176,12 +177,8 @@ pub fn render(data: &Data) -> String {
 }
 
 pub fn checksum(data: &Data) -> u64 {
-    let mut h: u32 = 0x811c_9dc5;
-    for b in render(data).bytes() {
-        h ^= u32::from(b);
-        h = h.wrapping_mul(0x0100_0193);
-    }
-    u64::from(h)
+    let rendered = render(data);
+    u64::from(fnv1a(FNV_OFFSET, rendered.as_bytes()))
 }
 
 /// The checkpoint's data and the boot it was written in; None when there is no file.
@@ -221,11 +218,7 @@ pub fn save(path: &Path, data: Data, boot_id: &str) -> Result<(), CheckpointErro
         boot_id: boot_id.to_string(),
     };
     let body = serde_json::to_vec(&on_disk).map_err(|e| err(std::io::Error::other(e)))?;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp).map_err(err)?;
-    f.write_all(&body).map_err(err)?;
-    f.sync_all().map_err(err)?;
-    std::fs::rename(&tmp, path).map_err(err)
+    replace_synced(path, &body).map_err(err)
 }
 
 /// Encodes an Allocate answer as the checkpoint keeps it.
