@@ -1,7 +1,9 @@
 //! Which pods the kubelet still has: the collectors may only take what belongs to pods that are
-//! gone. The sync loop records every pod its sources hold (with a worker, or finished or
-//! rejected without one) and forgets it when the pod is removed; until every pod source has spoken and the sync loop has seen what they
-//! said, no pod counts as gone (a pod not read yet must not lose its logs).
+//! gone. The sync loop records every pod its sources hold (with a worker, parked until a
+//! previous pod of its name is gone or the runtime is first listed, or finished or rejected
+//! without one) and forgets it when the pod is removed; until every pod source has spoken and
+//! the sync loop has seen what they said, no pod counts as gone (a pod not read yet must not
+//! lose its logs).
 
 use std::collections::HashSet;
 use std::sync::{Mutex, MutexGuard};

@@ -445,7 +445,14 @@ impl SyncLoop {
                             debug!(pod = %full_name, %uid, "Waiting for the runtime's first listing");
                         }
                         self.stop_predecessors(&full_name, &uid);
-                        self.parked.insert(full_name, pod);
+                        // Held, so known: a collector sweeping before the first listing would
+                        // otherwise take a running pod's folder and cgroup for an orphan's.
+                        self.known.insert(&uid);
+                        if let Some(old) = self.parked.insert(full_name, pod)
+                            && uid_of(&old) != uid
+                        {
+                            self.known.forget(&uid_of(&old));
+                        }
                     } else {
                         info!(pod = %full_name, %uid, "Pod added");
                         crate::startup::tracker().mark(&uid, crate::startup::Phase::Admitted);
@@ -766,6 +773,7 @@ impl SyncLoop {
             .is_some_and(|p| uid_of(p) == uid)
         {
             self.parked.remove(&full_name);
+            self.known.forget(&uid);
             return;
         }
         match self.workers.get_mut(&uid) {

@@ -665,3 +665,39 @@ async fn pod_added_back_during_teardown_starts_after_it() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_pod_parked_until_the_runtime_is_listed_is_known_to_the_collectors() {
+    let h = Harness::new().await;
+    let (probes, _changes) = crate::prober::ProbeManager::new(
+        h.cri.client.clone(),
+        Arc::new(StatusStore::default()),
+        crate::events::EventRecorder::default(),
+    );
+    let known = Arc::new(crate::gc::KnownPods::default());
+    let mut sync_loop = SyncLoop::new(
+        crate::sync::Managers {
+            runtime: h.runtime.clone(),
+            volumes: h.volumes.clone(),
+            probes,
+            status: Arc::new(StatusStore::default()),
+            inputs: Arc::default(),
+        },
+        Duration::from_secs(10),
+        "fake".into(),
+        16,
+        Arc::new(SyncLoopHealth::default()),
+        CancellationToken::new(),
+    )
+    .with_known_pods(known.clone());
+    // Running, but the runtime has not been listed yet: the pod is parked, not started.
+    let (_tx, runtime_pods) = watch::channel(crate::pleg::RuntimePods::default());
+    sync_loop.runtime_pods = Some(runtime_pods);
+    known.mark_synced();
+    let p = Arc::new(pod("u-parked", "Always", &[], &["app"]));
+    sync_loop.handle_update(PodUpdate::Add(vec![p.clone()]));
+    assert!(sync_loop.workers.is_empty());
+    assert!(!known.snapshot(None).content_removable("u-parked"));
+    sync_loop.handle_update(PodUpdate::Remove(vec![p]));
+    assert!(known.snapshot(None).content_removable("u-parked"));
+}
