@@ -132,3 +132,52 @@ fn guaranteed_containers_get_cpus_of_their_own_and_the_shared_pool_follows() {
     std::fs::remove_file(&state).unwrap();
     k.cleanup();
 }
+
+/// The topology manager over the static CPU manager on this one-node machine: with
+/// single-numa-node and the pod scope, a Guaranteed pod whose CPUs fit the node runs on its
+/// own CPU, and one asking for more exclusive CPUs than the node has free is refused with
+/// upstream's TopologyAffinityError before any container starts.
+#[test]
+fn the_topology_manager_refuses_a_pod_no_numa_node_can_hold() {
+    let _guard = serial();
+    let mut k = Kubelet::new("topology-manager");
+    let out = k.dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(
+        k.drop_ins.join("50-topology-manager.conf"),
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\n\
+         topologyManagerPolicy: single-numa-node\ntopologyManagerScope: pod\n",
+    )
+    .unwrap();
+    if online_cpus() != "0-1" {
+        eprintln!("online CPUs are {:?}, not 0-1: skipped", online_cpus());
+        return;
+    }
+    let two = GUARANTEED.replace(r#"cpu: "1""#, r#"cpu: "2""#);
+    k.write_manifest("wide.yaml", &cpus_pod("wide", &out, &two));
+    k.write_manifest("pinned.yaml", &cpus_pod("pinned", &out, GUARANTEED));
+    k.start();
+    wait_cpus(&out, "pinned", "1", &k);
+    let wide = k.wait_pod("wide", "refused", Duration::from_secs(60), |p| {
+        p["status"]["phase"] == "Failed"
+    });
+    assert_eq!(wide["status"]["reason"], "TopologyAffinityError", "{wide}");
+    assert_eq!(
+        wide["status"]["message"],
+        "Pod was rejected: Resources cannot be allocated with Topology locality"
+    );
+    assert!(!out.join("wide").exists(), "the refused pod ran");
+    let log = k.log();
+    assert!(
+        log.contains("Creating topology manager") && log.contains("single-numa-node"),
+        "{}",
+        tail(&log, 30)
+    );
+    k.remove_manifest("pinned.yaml");
+    k.remove_manifest("wide.yaml");
+    wait_for(Duration::from_secs(60), "the pods gone", || {
+        k.pods().is_empty().then_some(())
+    });
+    k.cleanup();
+}

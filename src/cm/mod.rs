@@ -10,7 +10,9 @@ mod fs;
 pub mod layout;
 pub mod manager;
 pub mod name;
+pub mod numa;
 pub mod resources;
+pub mod topologymanager;
 
 use std::path::PathBuf;
 use std::sync::Arc;

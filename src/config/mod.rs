@@ -19,6 +19,15 @@ pub const KUBELET_VERSION: &str = "v1.34.0";
 
 /// Version string as printed by `--version`. The implementation name rides in the
 /// semver build metadata so tools that parse `Kubernetes vX.Y.Z...` keep working.
+/// Go's strconv.ParseBool, which upstream's flags and policy options use.
+pub fn parse_go_bool(s: &str) -> Option<bool> {
+    match s {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+        _ => None,
+    }
+}
+
 pub fn version_string() -> String {
     format!(
         "{KUBELET_VERSION}+kubelet-rs.{}",

@@ -44,6 +44,10 @@ pub enum KubeletError {
     /// The CPU manager's policy, options or state file are unusable.
     #[error(transparent)]
     CpuManager(#[from] crate::cm::cpumanager::CpuManagerError),
+    /// The topology manager's policy, scope or options are unusable, or the machine has more
+    /// NUMA nodes than it allows.
+    #[error(transparent)]
+    TopologyManager(#[from] crate::cm::topologymanager::TopologyManagerError),
     /// The plugin registry folder could not be made.
     #[error(transparent)]
     PluginManager(#[from] crate::pluginmanager::PluginManagerError),

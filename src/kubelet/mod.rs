@@ -45,6 +45,7 @@ struct Core {
     status: Arc<StatusStore>,
     devices: Arc<cm::devicemanager::DeviceManager>,
     cpus: Arc<cm::cpumanager::CpuManager>,
+    topology: Arc<cm::topologymanager::TopologyManager>,
 }
 
 /// Runs the kubelet until `cancel` fires (pods keep running), or until a critical loop ends.
@@ -74,6 +75,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
     // here, before any pod runs (as upstream's container manager does).
     let cpus = cm::cpumanager::CpuManager::start(&(&settings).into())?;
     cpus.spawn_reconcile(cri.clone(), &mut tasks, &cancel);
+    let topology = cm::topologymanager::TopologyManager::start(&(&settings).into())?;
 
     // API server mode (after TLS bootstrap), then the ports: bad TLS or auth settings and
     // taken ports stop the kubelet here, before any pod runs.
@@ -117,6 +119,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         status,
         devices,
         cpus,
+        topology,
     };
     // Upstream keeps the runtime's container events behind the EventedPLEG gate, off by
     // default; we follow them whenever the runtime offers them, unless the gate says false.

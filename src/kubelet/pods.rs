@@ -105,6 +105,7 @@ pub(super) fn spawn_sync(
         pressure: node.pressure.clone(),
         devices: core.devices.clone(),
         cpus: core.cpus.clone(),
+        topology: core.topology.clone(),
     };
     let settings = (&core.settings).into();
     crate::sync::spawn(settings, security, deps, inputs, tasks, cancel)

@@ -27,14 +27,14 @@ pub fn check_supported(settings: &Settings, host: &Host) -> Result<(), KubeletEr
         warn!("--bootstrap-kubeconfig needs --kubeconfig to write to; running standalone");
     }
     for setting in resource_managers_ignored(cfg) {
-        warn!(setting = %setting, "This resource manager setting is not implemented by this version of kubelet-rs and has no effect: containers get no exclusive memory or NUMA alignment");
+        warn!(setting = %setting, "This resource manager setting is not implemented by this version of kubelet-rs and has no effect: containers get no exclusive memory");
     }
     Ok(())
 }
 
-/// The memory and topology manager settings asked for that this version does not honour
-/// (only their defaults, `None`/`none`, are what it does), so none is dropped without a word.
-/// The CPU manager's settings are all honoured or refused (cm::cpumanager).
+/// The memory manager settings asked for that this version does not honour (only its default,
+/// `None`, is what it does), so none is dropped without a word. The CPU and topology
+/// managers' settings are all honoured or refused (cm::cpumanager, cm::topologymanager).
 pub fn resource_managers_ignored(cfg: &crate::config::KubeletConfiguration) -> Vec<String> {
     let mut ignored = Vec::new();
     let mut policy = |name: &str, value: &str, default: &str| {
@@ -43,14 +43,6 @@ pub fn resource_managers_ignored(cfg: &crate::config::KubeletConfiguration) -> V
         }
     };
     policy("memoryManagerPolicy", &cfg.memory_manager_policy, "None");
-    policy(
-        "topologyManagerPolicy",
-        &cfg.topology_manager_policy,
-        "none",
-    );
-    for (key, value) in &cfg.topology_manager_policy_options {
-        ignored.push(format!("topologyManagerPolicyOptions: {key}={value}"));
-    }
     if !cfg.reserved_memory.is_empty() {
         ignored.push("reservedMemory".to_string());
     }
@@ -199,10 +191,7 @@ mod tests {
             .insert("full-pcpus-only".into(), "true".into());
         assert_eq!(
             resource_managers_ignored(&cfg),
-            [
-                "memoryManagerPolicy: Static",
-                "topologyManagerPolicy: single-numa-node",
-            ]
+            ["memoryManagerPolicy: Static"]
         );
     }
 }

@@ -178,6 +178,7 @@ pub struct SyncLoop {
     /// The CPU manager: exclusive CPUs are taken at admission and given back when the pod is
     /// gone.
     cpus: Option<Arc<crate::cm::cpumanager::CpuManager>>,
+    topology: Option<Arc<crate::cm::topologymanager::TopologyManager>>,
     /// UIDs failed at admission, so later updates of the same object are not re-admitted.
     /// Bounded by the source's pods: entries go when the pod is removed.
     rejected: HashSet<String>,
@@ -232,6 +233,7 @@ impl SyncLoop {
             security: None,
             devices: None,
             cpus: None,
+            topology: None,
             rejected: HashSet::new(),
             ctx: Arc::new(WorkerContext {
                 runtime,
@@ -263,6 +265,14 @@ impl SyncLoop {
 
     pub fn with_cpus(mut self, cpus: Arc<crate::cm::cpumanager::CpuManager>) -> Self {
         self.cpus = Some(cpus);
+        self
+    }
+
+    pub fn with_topology(
+        mut self,
+        topology: Arc<crate::cm::topologymanager::TopologyManager>,
+    ) -> Self {
+        self.topology = Some(topology);
         self
     }
 
@@ -581,7 +591,7 @@ impl SyncLoop {
             })
             .and_then(|()| self.admit_to_node(pod))
             .and_then(|()| self.admit_devices(pod))
-            .and_then(|()| self.admit_cpus(pod));
+            .and_then(|()| self.admit_resources(pod));
         let Err(rejection) = verdict else {
             return true;
         };
@@ -744,16 +754,25 @@ impl SyncLoop {
         })
     }
 
-    /// The CPU manager's admission, last because it takes CPUs (and gives them back itself
-    /// when the pod does not fit whole): exclusive CPUs for Guaranteed containers.
-    fn admit_cpus(&self, pod: &Arc<Pod>) -> Result<(), admission::Rejection> {
-        let Some(cpus) = &self.cpus else {
-            return Ok(());
+    /// The topology manager's admission, last because it takes CPUs (and devices, when it
+    /// aligns them) and gives them back itself when the pod does not fit whole: exclusive CPUs
+    /// for Guaranteed containers, on the NUMA nodes the policy chose.
+    fn admit_resources(&self, pod: &Arc<Pod>) -> Result<(), admission::Rejection> {
+        let rejection = |reason: &str, message: String| admission::Rejection {
+            reason: reason.into(),
+            message,
         };
-        cpus.admit(pod).map_err(|e| admission::Rejection {
-            reason: e.reason().into(),
-            message: e.message(),
-        })
+        match &self.topology {
+            Some(topology) => topology
+                .admit(pod, self.cpus.as_deref(), self.devices.as_deref())
+                .map_err(|e| rejection(e.reason(), e.message())),
+            None => match &self.cpus {
+                Some(cpus) => cpus
+                    .admit(pod)
+                    .map_err(|e| rejection(e.reason(), e.message())),
+                None => Ok(()),
+            },
+        }
     }
 
     /// A pod removed from its source, or whose deletion the API server asked for.
@@ -807,6 +826,9 @@ impl SyncLoop {
             }
             if let Some(cpus) = &self.cpus {
                 cpus.forget(uid);
+            }
+            if let Some(topology) = &self.topology {
+                topology.forget(uid);
             }
         }
         self.retry_deferred_resizes();
@@ -921,6 +943,9 @@ impl SyncLoop {
                         }
                         if let Some(cpus) = &self.cpus {
                             cpus.retain(wanted);
+                        }
+                        if let Some(topology) = &self.topology {
+                            topology.retain(wanted);
                         }
                         self.retry_deferred_resizes();
                     }

@@ -85,11 +85,7 @@ pub(crate) fn assign<T>(field: &mut T, parsed: Result<T, ValueError>) -> Result<
 
 /// Go's strconv.ParseBool.
 pub(crate) fn parse_bool(s: &str) -> Result<bool, ValueError> {
-    match s {
-        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
-        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
-        _ => Err(ValueError::Bool(s.to_string())),
-    }
+    crate::config::parse_go_bool(s).ok_or_else(|| ValueError::Bool(s.to_string()))
 }
 
 /// Go's strconv.ParseInt with base 0 (0x, 0o, 0b and leading-0 octal prefixes).

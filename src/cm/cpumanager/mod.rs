@@ -9,10 +9,12 @@
 //! kubelet (ours or upstream's) keeps it; a file written under another policy stops the
 //! kubelet, as upstream's does, until it is removed.
 //!
-//! Not here yet: the topology manager's NUMA hints (an allocation takes no affinity), the
-//! `strict-cpu-reservation`, `prefer-align-cpus-by-uncorecache`, `align-by-socket` and
-//! `distribute-cpus-across-cores` options (refused when set), and dropping the CFS quota of
-//! containers with exclusive CPUs (DisableCPUQuotaWithExclusiveCPUs).
+//! As a topology manager hint provider it says which NUMA nodes could hold a container's (or
+//! a pod's) exclusive CPUs, and takes them from the nodes chosen first.
+//!
+//! Not here yet: the `strict-cpu-reservation`, `prefer-align-cpus-by-uncorecache`,
+//! `align-by-socket` and `distribute-cpus-across-cores` options (refused when set), and
+//! dropping the CFS quota of containers with exclusive CPUs (DisableCPUQuotaWithExclusiveCPUs).
 
 pub mod assign;
 pub mod checkpoint;
@@ -25,7 +27,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
@@ -33,6 +35,7 @@ pub use cpuset::CpuSet;
 pub use policy::AllocateError;
 use policy::{Assignments, StaticPolicy};
 
+use crate::cm::numa::{NumaMask, ResourceHints};
 use crate::quantity::Amount;
 
 pub const NONE: &str = "none";
@@ -130,6 +133,135 @@ struct Inner {
     last_update: HashMap<String, CpuSet>,
 }
 
+/// A pod's containers in the order they run, each with whether it is an init container.
+pub fn containers_in_order(pod: &Pod) -> impl Iterator<Item = (&Container, bool)> {
+    let spec = pod.spec.as_ref();
+    let inits = spec
+        .and_then(|s| s.init_containers.as_deref())
+        .unwrap_or(&[]);
+    let apps = spec.map(|s| s.containers.as_slice()).unwrap_or(&[]);
+    inits
+        .iter()
+        .map(|c| (c, true))
+        .chain(apps.iter().map(|c| (c, false)))
+}
+
+/// One pod's admission in progress (see [`CpuManager::begin`]).
+pub struct CpuAdmission<'a> {
+    manager: &'a CpuManager,
+    pod: &'a Pod,
+    inner: std::sync::MutexGuard<'a, Inner>,
+    before: Assignments,
+    /// CPUs the pod's finished init containers held, which the next container may take.
+    reusable: CpuSet,
+    done: bool,
+}
+
+impl CpuAdmission<'_> {
+    fn uid(&self) -> &str {
+        self.pod.metadata.uid.as_deref().unwrap_or_default()
+    }
+
+    /// The container's hints (upstream's GetTopologyHints): None when it gets no exclusive
+    /// CPUs; an empty list when what it holds no longer matches its request.
+    pub fn hints(&self, container: &Container) -> ResourceHints {
+        let policy = self.manager.policy.as_ref()?;
+        let n = policy::guaranteed_cpus(self.pod, container);
+        if n == 0 {
+            return None;
+        }
+        if let Some(held) = self.inner.state.get(self.uid(), &container.name) {
+            if held.len() != n {
+                return Some(Vec::new());
+            }
+            return Some(policy.hints(held, &CpuSet::new(), n));
+        }
+        let available = self.inner.state.default.difference(&policy.reserved);
+        Some(policy.hints(&available, &self.reusable, n))
+    }
+
+    /// The whole pod's hints (the topology manager's pod scope).
+    pub fn pod_hints(&self) -> ResourceHints {
+        let policy = self.manager.policy.as_ref()?;
+        let n = policy::pod_guaranteed_cpus(self.pod);
+        if n == 0 {
+            return None;
+        }
+        let mut held = CpuSet::new();
+        for (container, _) in containers_in_order(self.pod) {
+            if let Some(cpus) = self.inner.state.get(self.uid(), &container.name) {
+                if cpus.len() != policy::guaranteed_cpus(self.pod, container) {
+                    return Some(Vec::new());
+                }
+                held = held.union(cpus);
+            }
+        }
+        if held.len() == n {
+            return Some(policy.hints(&held, &CpuSet::new(), n));
+        }
+        let available = self.inner.state.default.difference(&policy.reserved);
+        Some(policy.hints(&available, &held, n))
+    }
+
+    /// Exclusive CPUs for the container when it gets them, from `affinity`'s NUMA nodes first.
+    pub fn allocate(
+        &mut self,
+        container: &Container,
+        is_init: bool,
+        affinity: Option<NumaMask>,
+    ) -> Result<(), AllocateError> {
+        let manager = self.manager;
+        let Some(policy) = &manager.policy else {
+            return Ok(());
+        };
+        let pod = self.pod;
+        match policy.allocate(
+            &mut self.inner.state,
+            pod,
+            container,
+            &self.reusable,
+            affinity,
+        ) {
+            Ok(Some(cpus)) => {
+                let sidecar = container.restart_policy.as_deref() == Some("Always");
+                if is_init && !sidecar {
+                    self.reusable = self.reusable.union(&cpus);
+                } else {
+                    self.reusable = self.reusable.difference(&cpus);
+                }
+                info!(pod = ?pod.metadata.name, container = %container.name, cpus = %cpus, "Static policy: exclusive CPUs");
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            Err(e) => {
+                warn!(pod = ?pod.metadata.name, container = %container.name, error = %e, "Unable to allocate CPUs");
+                Err(e)
+            }
+        }
+    }
+
+    /// Keeps what was allocated and writes the state when it changed.
+    pub fn commit(mut self) {
+        self.done = true;
+        if self.manager.policy.is_none() {
+            return;
+        }
+        let uid = self.uid().to_string();
+        self.inner.pods.insert(uid);
+        if self.inner.state != self.before {
+            self.manager.save(&self.inner.state);
+        }
+    }
+}
+
+impl Drop for CpuAdmission<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.inner.state = std::mem::take(&mut self.before);
+        }
+    }
+}
+
 fn policy_name(policy: &Option<StaticPolicy>) -> &'static str {
     if policy.is_some() { STATIC } else { NONE }
 }
@@ -209,47 +341,30 @@ impl CpuManager {
 
     /// Exclusive CPUs for each container of the pod that gets them, in the order the pod's
     /// containers run (init containers' CPUs go on to the app containers); all or nothing.
+    /// No NUMA alignment: the topology manager's admission goes through [`CpuManager::begin`].
     pub fn admit(&self, pod: &Pod) -> Result<(), AllocateError> {
-        let Some(policy) = &self.policy else {
-            return Ok(());
-        };
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let spec = pod.spec.as_ref();
-        let inits = spec
-            .and_then(|s| s.init_containers.as_deref())
-            .unwrap_or(&[]);
-        let apps = spec.map(|s| s.containers.as_slice()).unwrap_or(&[]);
-        let mut inner = self.lock();
-        let before = inner.state.clone();
-        let mut reusable = CpuSet::new();
-        for (container, is_init) in inits
-            .iter()
-            .map(|c| (c, true))
-            .chain(apps.iter().map(|c| (c, false)))
-        {
-            match policy.allocate(&mut inner.state, pod, container, &reusable) {
-                Ok(Some(cpus)) => {
-                    let sidecar = container.restart_policy.as_deref() == Some("Always");
-                    if is_init && !sidecar {
-                        reusable = reusable.union(&cpus);
-                    } else {
-                        reusable = reusable.difference(&cpus);
-                    }
-                    info!(pod = ?pod.metadata.name, container = %container.name, cpus = %cpus, "Static policy: exclusive CPUs");
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    warn!(pod = ?pod.metadata.name, container = %container.name, error = %e, "Unable to allocate CPUs");
-                    inner.state = before;
-                    return Err(e);
-                }
-            }
+        let mut admission = self.begin(pod);
+        for (container, is_init) in containers_in_order(pod) {
+            admission.allocate(container, is_init, None)?;
         }
-        inner.pods.insert(uid);
-        if inner.state != before {
-            self.save(&inner.state);
-        }
+        admission.commit();
         Ok(())
+    }
+
+    /// Starts the admission of `pod`: hints and allocations container by container, kept only
+    /// when [`CpuAdmission::commit`] is called (dropping it gives every CPU back). The state
+    /// stays locked meanwhile, so two admissions cannot hand out the same CPUs.
+    pub fn begin<'a>(&'a self, pod: &'a Pod) -> CpuAdmission<'a> {
+        let inner = self.lock();
+        let before = inner.state.clone();
+        CpuAdmission {
+            manager: self,
+            pod,
+            inner,
+            before,
+            reusable: CpuSet::new(),
+            done: false,
+        }
     }
 
     /// The cpuset a container is created with: its exclusive CPUs or the shared pool; None
@@ -496,4 +611,4 @@ fn to_checkpoint(policy: &str, state: &Assignments) -> checkpoint::Checkpoint {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

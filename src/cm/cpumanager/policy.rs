@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use super::assign::{self, TakeError};
 use super::cpuset::CpuSet;
 use super::topology::Topology;
+use crate::cm::numa::{Hint, NumaMask};
 use crate::pod::qos::{CPU, QosClass, pod_qos_class};
 use crate::quantity::Amount;
 
@@ -121,16 +122,10 @@ pub fn options(
         if beta && !gate("CPUManagerPolicyBetaOptions", true) {
             return Err(PolicyError::BetaNotEnabled(name.clone()));
         }
-        let on = match value.as_str() {
-            "1" | "t" | "T" | "true" | "TRUE" | "True" => true,
-            "0" | "f" | "F" | "false" | "FALSE" | "False" => false,
-            _ => {
-                return Err(PolicyError::BadValue {
-                    name: name.clone(),
-                    value: value.clone(),
-                });
-            }
-        };
+        let on = crate::config::parse_go_bool(value).ok_or_else(|| PolicyError::BadValue {
+            name: name.clone(),
+            value: value.clone(),
+        })?;
         match name.as_str() {
             FULL_PCPUS_ONLY => out.full_pcpus_only = on,
             DISTRIBUTE_ACROSS_NUMA => out.distribute_across_numa = on,
@@ -238,6 +233,7 @@ impl StaticPolicy {
         pod: &Pod,
         container: &Container,
         reusable: &CpuSet,
+        affinity: Option<NumaMask>,
     ) -> Result<Option<CpuSet>, AllocateError> {
         let n = guaranteed_cpus(pod, container);
         if n == 0 {
@@ -271,22 +267,15 @@ impl StaticPolicy {
                 });
             }
         }
-        let distributed = self
-            .options
-            .distribute_across_numa
-            .then(|| {
-                let group = if self.options.full_pcpus_only {
-                    per_core
-                } else {
-                    1
-                };
-                assign::take_distributed(&self.topology, &available, n, group)
-            })
-            .flatten();
-        let cpus = match distributed {
-            Some(taken) => taken?,
-            None => assign::take_by_topology(&self.topology, &available, n)?,
-        };
+        // CPUs on the NUMA nodes the topology manager chose first, the rest wherever they are
+        // free (upstream's allocateCPUs).
+        let mut cpus = CpuSet::new();
+        if let Some(mask) = affinity {
+            let aligned = self.cpus_in(mask).intersection(&available);
+            cpus = self.take(&aligned, n.min(aligned.len()))?;
+        }
+        let rest = self.take(&available.difference(&cpus), n - cpus.len())?;
+        let cpus = cpus.union(&rest);
         state.default = state.default.difference(&cpus);
         state
             .entries
@@ -294,6 +283,50 @@ impl StaticPolicy {
             .or_default()
             .insert(container.name.clone(), cpus.clone());
         Ok(Some(cpus))
+    }
+
+    /// `n` of `available`: spread over NUMA nodes with distribute-cpus-across-numa when that
+    /// applies, else packed by topology.
+    fn take(&self, available: &CpuSet, n: usize) -> Result<CpuSet, assign::TakeError> {
+        if n == 0 {
+            return Ok(CpuSet::new());
+        }
+        if self.options.distribute_across_numa {
+            let group = if self.options.full_pcpus_only {
+                self.topology.cpus_per_core()
+            } else {
+                1
+            };
+            if let Some(taken) = assign::take_distributed(&self.topology, available, n, group) {
+                return taken;
+            }
+        }
+        assign::take_by_topology(&self.topology, available, n)
+    }
+
+    fn cpus_in(&self, mask: NumaMask) -> CpuSet {
+        mask.nodes().into_iter().fold(CpuSet::new(), |acc, n| {
+            acc.union(&self.topology.cpus_in_numa(n))
+        })
+    }
+
+    /// The NUMA placements `n` exclusive CPUs can have, given the free CPUs and those the pod
+    /// hands on (upstream's generateCPUTopologyHints).
+    pub fn hints(&self, available: &CpuSet, reusable: &CpuSet, n: usize) -> Vec<Hint> {
+        let node_of = |cpus: &CpuSet| -> Vec<Vec<u32>> {
+            cpus.iter()
+                .filter_map(|c| self.topology.cpus.get(&c))
+                .map(|info| vec![info.numa])
+                .collect()
+        };
+        let nodes: Vec<u32> = self.topology.numa_nodes().into_iter().collect();
+        crate::cm::numa::hints_for(
+            &nodes,
+            n,
+            &node_of(&self.topology.all()),
+            &node_of(available),
+            &node_of(reusable),
+        )
     }
 
     /// Gives the container's CPUs back to the pool, except those a sibling still holds (an
@@ -313,6 +346,30 @@ impl StaticPolicy {
         }
         state.default = state.default.union(&cpus.difference(&in_use));
     }
+}
+
+/// Exclusive CPUs the whole pod needs at once: its longest-running containers' sum (app
+/// containers and sidecars) or, when more, the most a plain init container needs beside the
+/// sidecars started before it.
+pub fn pod_guaranteed_cpus(pod: &Pod) -> usize {
+    let spec = pod.spec.as_ref();
+    let mut init_peak = 0;
+    let mut sidecars = 0;
+    for c in spec
+        .and_then(|s| s.init_containers.as_deref())
+        .unwrap_or(&[])
+    {
+        let n = guaranteed_cpus(pod, c);
+        if c.restart_policy.as_deref() == Some("Always") {
+            sidecars += n;
+        } else {
+            init_peak = init_peak.max(sidecars + n);
+        }
+    }
+    let apps: usize = spec
+        .map(|s| s.containers.iter().map(|c| guaranteed_cpus(pod, c)).sum())
+        .unwrap_or(0);
+    init_peak.max(apps + sidecars)
 }
 
 /// Upstream's rule: a Guaranteed pod's container whose CPU request is a whole number.

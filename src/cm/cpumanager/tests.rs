@@ -12,7 +12,7 @@ fn two_cpus(root: &Path) {
     fake_sysfs(&root.join("sys"), &[(0, "0", 0), (0, "1", 0)]);
 }
 
-fn settings(root: &Path, policy: &str) -> CpuSettings {
+pub(crate) fn settings(root: &Path, policy: &str) -> CpuSettings {
     CpuSettings {
         policy: policy.into(),
         options: BTreeMap::new(),
@@ -25,7 +25,7 @@ fn settings(root: &Path, policy: &str) -> CpuSettings {
     }
 }
 
-fn pod(uid: &str, containers: &[(&str, &str)], inits: &[(&str, &str)]) -> Pod {
+pub(crate) fn pod(uid: &str, containers: &[(&str, &str)], inits: &[(&str, &str)]) -> Pod {
     let c = |list: &[(&str, &str)]| -> Vec<serde_json::Value> {
         list.iter()
             .map(|(name, cpu)| {

@@ -19,6 +19,7 @@ pub mod checkpoint;
 pub mod endpoint;
 pub mod registration;
 pub mod state;
+mod topology;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -33,6 +34,8 @@ use tracing::{debug, info, warn};
 use endpoint::{Endpoint, EndpointError};
 pub use state::{AllocationError, Capacity};
 use state::{Device, State};
+
+use crate::cm::numa::{NumaMask, ResourceHints};
 
 /// Upstream's DevicePluginPath.
 pub const DEVICE_PLUGIN_DIR: &str = "/var/lib/kubelet/device-plugins";
@@ -385,6 +388,38 @@ impl DeviceManager {
     pub fn admit(&self, pod: &Pod) -> Result<(), AllocationError> {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         self.state().admit(uid, pod)
+    }
+
+    /// The container's hints per plugin resource, over the machine's NUMA `nodes`.
+    pub fn hints(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        nodes: &[u32],
+    ) -> BTreeMap<String, ResourceHints> {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        self.state().hints(uid, pod, container, nodes)
+    }
+
+    /// The whole pod's hints per plugin resource.
+    pub fn pod_hints(&self, pod: &Pod, nodes: &[u32]) -> BTreeMap<String, ResourceHints> {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        self.state().pod_hints(uid, pod, nodes)
+    }
+
+    /// Picks the container's devices at admission, from `affinity`'s nodes first, when the
+    /// topology manager aligns them (its Allocate call still comes at container start).
+    pub fn assign_aligned(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        affinity: Option<NumaMask>,
+    ) -> Result<(), AllocationError> {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        if self.state().assign_aligned(uid, pod, container, affinity)? {
+            self.save();
+        }
+        Ok(())
     }
 
     /// A pod that is gone gives its devices back.

@@ -43,7 +43,7 @@ pub struct Listed {
 }
 
 impl Resource {
-    fn healthy(&self) -> impl Iterator<Item = &String> {
+    pub(super) fn healthy(&self) -> impl Iterator<Item = &String> {
         self.devices
             .iter()
             .filter(|(_, d)| d.healthy)
@@ -134,7 +134,7 @@ pub fn pod_containers(pod: &Pod) -> Vec<(&Container, bool)> {
 
 /// What the pod needs of each resource at once: the most any plain init container needs, or
 /// what the long-running containers need together, whichever is more.
-fn pod_needs(pod: &Pod) -> BTreeMap<String, usize> {
+pub(super) fn pod_needs(pod: &Pod) -> BTreeMap<String, usize> {
     let mut init_max: BTreeMap<String, usize> = BTreeMap::new();
     let mut running: BTreeMap<String, usize> = BTreeMap::new();
     for (c, plain_init) in pod_containers(pod) {
@@ -170,7 +170,7 @@ impl State {
     }
 
     /// Device IDs of `resource` held by pods other than `uid`.
-    fn held_by_others(&self, resource: &str, uid: &str) -> BTreeSet<&String> {
+    pub(super) fn held_by_others(&self, resource: &str, uid: &str) -> BTreeSet<&String> {
         self.pods
             .iter()
             .filter(|(other, _)| other.as_str() != uid)
