@@ -168,6 +168,55 @@ fn the_topology_manager_refuses_a_pod_no_numa_node_can_hold() {
         "Pod was rejected: Resources cannot be allocated with Topology locality"
     );
     assert!(!out.join("wide").exists(), "the refused pod ran");
+    // Upstream's families say the same: one pod refused for its alignment, one CPU given out,
+    // nothing left in the shared pool but the reserved CPU.
+    let (code, metrics) = http_get(k.ro_port, "/metrics").expect("/metrics");
+    assert_eq!(code, 200);
+    let sample = |name: &str, labels: &[&str]| -> Option<f64> {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+            .filter(|l| {
+                let series = l.rsplit_once(' ').map_or("", |(s, _)| s);
+                series.split('{').next() == Some(name) && labels.iter().all(|x| series.contains(x))
+            })
+            .find_map(|l| l.rsplit_once(' ')?.1.parse().ok())
+    };
+    for (name, labels, want) in [
+        (
+            "kubelet_topology_manager_admission_errors_total",
+            &[][..],
+            1.0,
+        ),
+        (
+            "kubelet_container_aligned_compute_resources_failure_count",
+            &[r#"scope="pod""#, r#"boundary="numa_node""#][..],
+            1.0,
+        ),
+        (
+            "kubelet_container_aligned_compute_resources_count",
+            &[r#"scope="pod""#, r#"boundary="numa_node""#][..],
+            1.0,
+        ),
+        ("kubelet_cpu_manager_pinning_requests_total", &[][..], 1.0),
+        (
+            "kubelet_cpu_manager_exclusive_cpu_allocation_count",
+            &[][..],
+            1.0,
+        ),
+        (
+            "kubelet_cpu_manager_shared_pool_size_millicores",
+            &[][..],
+            0.0,
+        ),
+    ] {
+        assert_eq!(
+            sample(name, labels),
+            Some(want),
+            "{name} {labels:?}\n{metrics}"
+        );
+    }
+    assert!(sample("kubelet_topology_manager_admission_requests_total", &[]) >= Some(2.0));
     let log = k.log();
     assert!(
         log.contains("Creating topology manager") && log.contains("single-numa-node"),

@@ -20,6 +20,7 @@ const fn alpha(name: &'static str, help: &'static str, labels: &'static [&'stati
 }
 
 const OPERATION: &[&str] = &["operation_type"];
+const ALIGNMENT: &[&str] = &["scope", "boundary"];
 /// The kubelet API's request labels; every value comes from a fixed set (see
 /// server::http_metrics), so the series stay few.
 pub const HTTP_LABELS: &[&str] = &["method", "path", "server_type", "long_running"];
@@ -52,6 +53,20 @@ pub struct KubeletMetrics {
     /// Registrations of device plugins that passed the checks, by `resource_name`.
     pub device_plugin_registrations: Scalar,
     pub device_plugin_alloc_duration: Histogram,
+    /// Containers that needed exclusive CPUs, and those whose allocation failed.
+    pub cpu_manager_pinning_requests: Scalar,
+    pub cpu_manager_pinning_errors: Scalar,
+    /// The static policy's shared pool less the reserved CPUs, and the CPUs given out.
+    pub cpu_manager_shared_pool_millicores: Scalar,
+    pub cpu_manager_exclusive_cpus: Scalar,
+    /// Pod admissions through the topology manager, those refused, and how long they took.
+    pub topology_manager_admission_requests: Scalar,
+    pub topology_manager_admission_errors: Scalar,
+    pub topology_manager_admission_duration: Histogram,
+    /// Alignments guaranteed (single-numa-node, full-pcpus-only) and failed, by `scope`
+    /// (container, pod) and `boundary` (numa_node, physical_cpu).
+    pub aligned_compute_resources: Scalar,
+    pub aligned_compute_resources_failures: Scalar,
     /// When the serving certificate expires (Unix seconds): unset while the serving
     /// certificate manager does not run (the family is then not exposed, as upstream
     /// registers it with the manager), `Some(None)` while it has no certificate.
@@ -216,6 +231,54 @@ impl KubeletMetrics {
                 ),
                 DEF_BUCKETS,
             ),
+            cpu_manager_pinning_requests: Scalar::counter(alpha(
+                "kubelet_cpu_manager_pinning_requests_total",
+                "The number of cpu core allocations which required pinning.",
+                &[],
+            )),
+            cpu_manager_pinning_errors: Scalar::counter(alpha(
+                "kubelet_cpu_manager_pinning_errors_total",
+                "The number of cpu core allocations which required pinning failed.",
+                &[],
+            )),
+            cpu_manager_shared_pool_millicores: Scalar::gauge(alpha(
+                "kubelet_cpu_manager_shared_pool_size_millicores",
+                "The size of the shared CPU pool for non-guaranteed QoS pods, in millicores.",
+                &[],
+            )),
+            cpu_manager_exclusive_cpus: Scalar::gauge(alpha(
+                "kubelet_cpu_manager_exclusive_cpu_allocation_count",
+                "The total number of CPUs exclusively allocated to containers running on this node",
+                &[],
+            )),
+            topology_manager_admission_requests: Scalar::counter(alpha(
+                "kubelet_topology_manager_admission_requests_total",
+                "The number of admission requests where resources have to be aligned.",
+                &[],
+            )),
+            topology_manager_admission_errors: Scalar::counter(alpha(
+                "kubelet_topology_manager_admission_errors_total",
+                "The number of admission request failures where resources could not be aligned.",
+                &[],
+            )),
+            topology_manager_admission_duration: Histogram::new(
+                alpha(
+                    "kubelet_topology_manager_admission_duration_ms",
+                    "Duration in milliseconds to serve a pod admission request.",
+                    &[],
+                ),
+                &exponential_buckets(0.05, 2.0, 15),
+            ),
+            aligned_compute_resources: Scalar::counter(alpha(
+                "kubelet_container_aligned_compute_resources_count",
+                "Cumulative number of aligned compute resources allocated to containers by alignment type.",
+                ALIGNMENT,
+            )),
+            aligned_compute_resources_failures: Scalar::counter(alpha(
+                "kubelet_container_aligned_compute_resources_failure_count",
+                "Cumulative number of failures to allocate aligned compute resources to containers by alignment type.",
+                ALIGNMENT,
+            )),
             server_cert_not_after: std::sync::Mutex::new(None),
         }
     }
@@ -267,6 +330,15 @@ impl KubeletMetrics {
             self.image_garbage_collected.family(),
             self.device_plugin_registrations.family(),
             self.device_plugin_alloc_duration.family(),
+            self.cpu_manager_pinning_requests.family(),
+            self.cpu_manager_pinning_errors.family(),
+            self.cpu_manager_shared_pool_millicores.family(),
+            self.cpu_manager_exclusive_cpus.family(),
+            self.topology_manager_admission_requests.family(),
+            self.topology_manager_admission_errors.family(),
+            self.topology_manager_admission_duration.family(),
+            self.aligned_compute_resources.family(),
+            self.aligned_compute_resources_failures.family(),
         ]
         .into_iter()
         .chain(self.server_cert_ttl())

@@ -223,6 +223,12 @@ impl CpuAdmission<'_> {
             affinity,
         ) {
             Ok(Some(cpus)) => {
+                let m = crate::metrics::kubelet();
+                m.cpu_manager_pinning_requests.inc(&[]);
+                if policy.options.full_pcpus_only {
+                    m.aligned_compute_resources
+                        .inc(&["container", "physical_cpu"]);
+                }
                 let sidecar = container.restart_policy.as_deref() == Some("Always");
                 if is_init && !sidecar {
                     self.reusable = self.reusable.union(&cpus);
@@ -234,6 +240,13 @@ impl CpuAdmission<'_> {
             }
             Ok(None) => Ok(()),
             Err(e) => {
+                let m = crate::metrics::kubelet();
+                m.cpu_manager_pinning_requests.inc(&[]);
+                m.cpu_manager_pinning_errors.inc(&[]);
+                if policy.options.full_pcpus_only {
+                    m.aligned_compute_resources_failures
+                        .inc(&["container", "physical_cpu"]);
+                }
                 warn!(pod = ?pod.metadata.name, container = %container.name, error = %e, "Unable to allocate CPUs");
                 Err(e)
             }
@@ -322,6 +335,8 @@ impl CpuManager {
         let inner = manager.lock();
         if restored.as_ref() != Some(&inner.state) {
             manager.save(&inner.state);
+        } else {
+            manager.set_gauges(&inner.state);
         }
         drop(inner);
         info!(policy = name, reconcile_period = ?s.reconcile_period, "Starting CPU manager");
@@ -332,7 +347,26 @@ impl CpuManager {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The pool gauges, from the state.
+    fn set_gauges(&self, state: &Assignments) {
+        if let Some(policy) = &self.policy {
+            let m = crate::metrics::kubelet();
+            let shared = state.default.difference(&policy.reserved).len();
+            m.cpu_manager_shared_pool_millicores
+                .set(&[], (shared * 1000) as f64);
+            let exclusive = state
+                .entries
+                .values()
+                .flat_map(|c| c.values())
+                .fold(CpuSet::new(), |acc, c| acc.union(c));
+            m.cpu_manager_exclusive_cpus
+                .set(&[], exclusive.len() as f64);
+        }
+    }
+
+    /// Writes the state (every change is saved, so the gauges follow it here).
     fn save(&self, state: &Assignments) {
+        self.set_gauges(state);
         let cp = to_checkpoint(policy_name(&self.policy), state);
         if let Err(e) = checkpoint::write(&self.path, &cp) {
             error!(error = %e, "Failed to store the CPU manager state");

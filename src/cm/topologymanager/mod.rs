@@ -176,6 +176,13 @@ impl TopologyManager {
             }
         }
         info!(policy = policy.name(), scope = ?scope, numa_nodes = ?nodes, "Creating topology manager");
+        if policy == Policy::SingleNumaNode {
+            // Upstream shows the failure series from the start.
+            let failures = &crate::metrics::kubelet().aligned_compute_resources_failures;
+            for scope in [SCOPE_CONTAINER, SCOPE_POD] {
+                failures.add(&[scope, "numa_node"], 0.0);
+            }
+        }
         Ok(Arc::new(TopologyManager {
             policy,
             scope,
@@ -204,8 +211,15 @@ impl TopologyManager {
         devices: Option<&DeviceManager>,
     ) -> Result<(), AdmitError> {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let metrics = crate::metrics::kubelet();
+        metrics.topology_manager_admission_requests.inc(&[]);
+        let started = std::time::Instant::now();
         let mut cpu = cpus.map(|c| c.begin(pod));
         let result = self.admit_with(pod, cpu.as_mut(), devices);
+        // Whole milliseconds, as upstream observes them.
+        metrics
+            .topology_manager_admission_duration
+            .observe(&[], started.elapsed().as_millis() as f64);
         match result {
             Ok(()) => {
                 if let Some(cpu) = cpu {
@@ -217,6 +231,7 @@ impl TopologyManager {
                 // The CPU admission gives its CPUs back when dropped.
                 drop(cpu);
                 if self.policy != Policy::None {
+                    metrics.topology_manager_admission_errors.inc(&[]);
                     if let Some(devices) = devices {
                         devices.forget(uid);
                     }
@@ -253,7 +268,9 @@ impl TopologyManager {
                 cpu_hints(cpu.as_deref().and_then(CpuAdmission::pod_hints)),
                 devices.map(|d| d.pod_hints(pod, nodes)).unwrap_or_default(),
             ];
-            Some(self.merge(pod, "", &providers)?)
+            let hint = self.merge(pod, "", &providers)?;
+            self.aligned(SCOPE_POD, true);
+            Some(hint)
         } else {
             None
         };
@@ -280,8 +297,25 @@ impl TopologyManager {
             if let Some(devices) = devices {
                 devices.assign_aligned(pod, container, hint.affinity)?;
             }
+            if pod_hint.is_none() {
+                self.aligned(SCOPE_CONTAINER, true);
+            }
         }
         Ok(())
+    }
+
+    /// Counts an alignment single-numa-node guaranteed, or one it refused.
+    fn aligned(&self, scope: &str, ok: bool) {
+        if self.policy != Policy::SingleNumaNode {
+            return;
+        }
+        let m = crate::metrics::kubelet();
+        let family = if ok {
+            &m.aligned_compute_resources
+        } else {
+            &m.aligned_compute_resources_failures
+        };
+        family.inc(&[scope, "numa_node"]);
     }
 
     fn merge(
@@ -293,10 +327,14 @@ impl TopologyManager {
         let (best, admit) = policy::merge(self.policy, &self.numa, &self.options, providers);
         info!(pod = ?pod.metadata.name, container, best_hint = %best, admit, "Topology manager: best hint");
         if admit {
-            Ok(best)
-        } else {
-            Err(AdmitError::Topology)
+            return Ok(best);
         }
+        let scope = match self.scope {
+            Scope::Pod => SCOPE_POD,
+            Scope::Container => SCOPE_CONTAINER,
+        };
+        self.aligned(scope, false);
+        Err(AdmitError::Topology)
     }
 
     pub fn forget(&self, uid: &str) {
