@@ -178,21 +178,24 @@ pub fn fake_sysfs(root: &Path, layout: &[(u32, &str, u32)]) {
     }
 }
 
-/// 2 sockets (one NUMA node each) × 2 cores × 2 threads; cpu n and n+4 are siblings.
+/// 2 sockets (one NUMA node each) × 2 cores × 2 threads; cpu n and n+4 are siblings, so node
+/// 0 holds 0,1,4,5 and node 1 holds 2,3,6,7 (the layout `fake_sysfs` takes).
+#[cfg(test)]
+pub const TWO_SOCKETS_HT: [(u32, &str, u32); 8] = [
+    (0, "0,4", 0),
+    (0, "1,5", 0),
+    (1, "2,6", 1),
+    (1, "3,7", 1),
+    (0, "0,4", 0),
+    (0, "1,5", 0),
+    (1, "2,6", 1),
+    (1, "3,7", 1),
+];
+
 #[cfg(test)]
 pub fn two_sockets_ht() -> Topology {
     let dir = tempfile::tempdir().unwrap();
-    let layout = [
-        (0, "0,4", 0),
-        (0, "1,5", 0),
-        (1, "2,6", 1),
-        (1, "3,7", 1),
-        (0, "0,4", 0),
-        (0, "1,5", 0),
-        (1, "2,6", 1),
-        (1, "3,7", 1),
-    ];
-    fake_sysfs(dir.path(), &layout);
+    fake_sysfs(dir.path(), &TWO_SOCKETS_HT);
     Topology::read(dir.path()).unwrap()
 }
 

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::state::{self, AllocationError, State};
-use crate::cm::numa::{NumaMask, ResourceHints, hints_for};
+use crate::cm::numa::{Hint, NumaMask, ResourceHints, hints_for};
 
 impl State {
     /// Whether any device of `resource` names a NUMA node: only then does it take part in
@@ -42,6 +42,26 @@ impl State {
         self.nodes_of(resource, ids)
     }
 
+    /// Hints per plugin resource in `needs`: none for a resource whose devices name no node,
+    /// else `placements(resource, needed, all devices' nodes)`.
+    fn hints_per_resource(
+        &self,
+        needs: BTreeMap<String, usize>,
+        placements: impl Fn(&str, usize, &[Vec<u32>]) -> Vec<Hint>,
+    ) -> BTreeMap<String, ResourceHints> {
+        let mut out = BTreeMap::new();
+        for (resource, needed) in needs {
+            if !self.is_plugin_resource(&resource) {
+                continue;
+            }
+            let hints = self
+                .has_topology(&resource)
+                .then(|| placements(&resource, needed, &self.all_nodes(&resource)));
+            out.insert(resource, hints);
+        }
+        out
+    }
+
     /// One container's hints per plugin resource it asks for.
     pub fn hints(
         &self,
@@ -50,35 +70,27 @@ impl State {
         container: &Container,
         nodes: &[u32],
     ) -> BTreeMap<String, ResourceHints> {
-        let mut out = BTreeMap::new();
-        for (resource, needed) in state::container_needs(container) {
-            if !self.is_plugin_resource(&resource) {
-                continue;
-            }
-            if !self.has_topology(&resource) {
-                out.insert(resource, None);
-                continue;
-            }
-            let all = self.all_nodes(&resource);
-            let hints = match self.candidates(uid, pod, &container.name, &resource, needed) {
-                // Held with another count, or too few free: no placement holds it.
-                Err(_) => Vec::new(),
-                Ok(None) => {
-                    let held = self.held(uid, &container.name, &resource);
-                    let ids: Vec<&String> =
-                        held.map(|a| a.ids.iter().collect()).unwrap_or_default();
-                    let held: Vec<Vec<u32>> = self.nodes_of(&resource, ids);
-                    hints_for(nodes, needed, &all, &held, &[])
+        let name = &container.name;
+        self.hints_per_resource(
+            state::container_needs(container),
+            |resource, needed, all| {
+                match self.candidates(uid, pod, name, resource, needed) {
+                    // Held with another count, or too few free: no placement holds it.
+                    Err(_) => Vec::new(),
+                    Ok(None) => {
+                        let held = self.held(uid, name, resource);
+                        let ids: Vec<&String> =
+                            held.map(|a| a.ids.iter().collect()).unwrap_or_default();
+                        hints_for(nodes, needed, all, &self.nodes_of(resource, ids), &[])
+                    }
+                    Ok(Some((reusable, free))) => {
+                        let reusable = self.nodes_of(resource, &reusable);
+                        let free = self.nodes_of(resource, &free);
+                        hints_for(nodes, needed, all, &free, &reusable)
+                    }
                 }
-                Ok(Some((reusable, free))) => {
-                    let reusable = self.nodes_of(&resource, &reusable);
-                    let free = self.nodes_of(&resource, &free);
-                    hints_for(nodes, needed, &all, &free, &reusable)
-                }
-            };
-            out.insert(resource, Some(hints));
-        }
-        out
+            },
+        )
     }
 
     /// The whole pod's hints per plugin resource (the topology manager's pod scope).
@@ -88,46 +100,32 @@ impl State {
         pod: &Pod,
         nodes: &[u32],
     ) -> BTreeMap<String, ResourceHints> {
-        let mut out = BTreeMap::new();
-        for (resource, needed) in state::pod_needs(pod) {
-            if !self.is_plugin_resource(&resource) {
-                continue;
-            }
-            if !self.has_topology(&resource) {
-                out.insert(resource, None);
-                continue;
-            }
-            let all = self.all_nodes(&resource);
+        self.hints_per_resource(state::pod_needs(pod), |resource, needed, all| {
             let held: BTreeSet<&String> = self
                 .pods
                 .get(uid)
                 .into_iter()
                 .flat_map(|c| c.values())
-                .filter_map(|r| r.get(&resource))
+                .filter_map(|r| r.get(resource))
                 .flat_map(|a| a.ids.iter())
                 .collect();
-            let hints = if !held.is_empty() {
-                if held.len() == needed {
-                    hints_for(nodes, needed, &all, &self.nodes_of(&resource, held), &[])
-                } else {
-                    Vec::new()
+            if !held.is_empty() {
+                if held.len() != needed {
+                    return Vec::new();
                 }
-            } else {
-                let taken = self.held_by_others(&resource, uid);
-                let free: Vec<&String> = self
-                    .resources
-                    .get(&resource)
-                    .map(|r| r.healthy().filter(|id| !taken.contains(id)).collect())
-                    .unwrap_or_default();
-                if free.len() < needed {
-                    Vec::new()
-                } else {
-                    hints_for(nodes, needed, &all, &self.nodes_of(&resource, free), &[])
-                }
-            };
-            out.insert(resource, Some(hints));
-        }
-        out
+                return hints_for(nodes, needed, all, &self.nodes_of(resource, held), &[]);
+            }
+            let taken = self.held_by_others(resource, uid);
+            let free: Vec<&String> = self
+                .resources
+                .get(resource)
+                .map(|r| r.healthy().filter(|id| !taken.contains(id)).collect())
+                .unwrap_or_default();
+            if free.len() < needed {
+                return Vec::new();
+            }
+            hints_for(nodes, needed, all, &self.nodes_of(resource, free), &[])
+        })
     }
 
     /// Picks the container's devices now, in upstream's order: those handed on by the pod's

@@ -4,7 +4,7 @@ use std::path::Path;
 use super::policy::{self, NumaInfo, Options, Policy};
 use super::*;
 use crate::cm::cpumanager::tests::{pod, settings};
-use crate::cm::cpumanager::topology::fake_sysfs;
+use crate::cm::cpumanager::topology::{TWO_SOCKETS_HT, fake_sysfs};
 use crate::cm::numa::NumaMask;
 
 fn hint(mask: &[u32], preferred: bool) -> Hint {
@@ -161,24 +161,9 @@ fn options_are_checked_as_upstream_checks_them() {
     assert!(policy::options(&given("max-allowable-numa-nodes", "16"), &off).is_err());
 }
 
-/// 2 sockets (one NUMA node each) × 2 cores × 2 threads: cpu n and n+4 are siblings, node 0
-/// holds 0,1,4,5 and node 1 holds 2,3,6,7. CPU 0 is reserved.
-fn machine(root: &Path) {
-    let layout = [
-        (0, "0,4", 0),
-        (0, "1,5", 0),
-        (1, "2,6", 1),
-        (1, "3,7", 1),
-        (0, "0,4", 0),
-        (0, "1,5", 0),
-        (1, "2,6", 1),
-        (1, "3,7", 1),
-    ];
-    fake_sysfs(&root.join("sys"), &layout);
-}
-
 fn managers(root: &Path, policy: &str, scope: &str) -> (Arc<CpuManager>, Arc<TopologyManager>) {
-    machine(root);
+    // CPU 0 is reserved (settings' one CPU, from the lowest core).
+    fake_sysfs(&root.join("sys"), &TWO_SOCKETS_HT);
     let cpus = CpuManager::start(&settings(root, "static")).unwrap();
     let topology = TopologyManager::start(&TopologySettings {
         policy: policy.into(),
