@@ -14,6 +14,8 @@ mod node_loops;
 mod plugins;
 mod pods;
 mod preflight;
+#[cfg(test)]
+mod resource_settings_tests;
 
 use std::sync::Arc;
 
