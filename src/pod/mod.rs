@@ -34,6 +34,20 @@ pub fn init_containers(pod: &Pod) -> &[Container] {
         .unwrap_or(&[])
 }
 
+/// The containers a pod runs, init containers first, each with whether it is a plain init
+/// container (one that runs to completion before the next starts, so what it held can be
+/// handed on).
+pub fn containers_in_order(pod: &Pod) -> Vec<(&Container, bool)> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return Vec::new();
+    };
+    let inits = spec.init_containers.iter().flatten();
+    inits
+        .map(|c| (c, !is_sidecar(c)))
+        .chain(spec.containers.iter().map(|c| (c, false)))
+        .collect()
+}
+
 pub fn has_sidecars(pod: &Pod) -> bool {
     init_containers(pod).iter().any(is_sidecar)
 }

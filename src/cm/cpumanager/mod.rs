@@ -36,6 +36,7 @@ pub use policy::AllocateError;
 use policy::{Assignments, StaticPolicy};
 
 use crate::cm::numa::{NumaMask, ResourceHints};
+use crate::pod::containers_in_order;
 use crate::quantity::Amount;
 
 pub const NONE: &str = "none";
@@ -133,19 +134,6 @@ struct Inner {
     last_update: HashMap<String, CpuSet>,
 }
 
-/// A pod's containers in the order they run, each with whether it is an init container.
-pub fn containers_in_order(pod: &Pod) -> impl Iterator<Item = (&Container, bool)> {
-    let spec = pod.spec.as_ref();
-    let inits = spec
-        .and_then(|s| s.init_containers.as_deref())
-        .unwrap_or(&[]);
-    let apps = spec.map(|s| s.containers.as_slice()).unwrap_or(&[]);
-    inits
-        .iter()
-        .map(|c| (c, true))
-        .chain(apps.iter().map(|c| (c, false)))
-}
-
 /// One pod's admission in progress (see [`CpuManager::begin`]).
 pub struct CpuAdmission<'a> {
     manager: &'a CpuManager,
@@ -207,7 +195,7 @@ impl CpuAdmission<'_> {
     pub fn allocate(
         &mut self,
         container: &Container,
-        is_init: bool,
+        plain_init: bool,
         affinity: Option<NumaMask>,
     ) -> Result<(), AllocateError> {
         let manager = self.manager;
@@ -229,8 +217,7 @@ impl CpuAdmission<'_> {
                     m.aligned_compute_resources
                         .inc(&["container", "physical_cpu"]);
                 }
-                let sidecar = container.restart_policy.as_deref() == Some("Always");
-                if is_init && !sidecar {
+                if plain_init {
                     self.reusable = self.reusable.union(&cpus);
                 } else {
                     self.reusable = self.reusable.difference(&cpus);
@@ -378,8 +365,8 @@ impl CpuManager {
     /// No NUMA alignment: the topology manager's admission goes through [`CpuManager::begin`].
     pub fn admit(&self, pod: &Pod) -> Result<(), AllocateError> {
         let mut admission = self.begin(pod);
-        for (container, is_init) in containers_in_order(pod) {
-            admission.allocate(container, is_init, None)?;
+        for (container, plain_init) in containers_in_order(pod) {
+            admission.allocate(container, plain_init, None)?;
         }
         admission.commit();
         Ok(())

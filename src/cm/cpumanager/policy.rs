@@ -360,7 +360,7 @@ pub fn pod_guaranteed_cpus(pod: &Pod) -> usize {
         .unwrap_or(&[])
     {
         let n = guaranteed_cpus(pod, c);
-        if c.restart_policy.as_deref() == Some("Always") {
+        if crate::pod::is_sidecar(c) {
             sidecars += n;
         } else {
             init_peak = init_peak.max(sidecars + n);

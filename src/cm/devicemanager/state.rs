@@ -115,29 +115,12 @@ pub fn container_needs(container: &Container) -> BTreeMap<String, usize> {
         .collect()
 }
 
-/// Init containers that run to completion, before the others: their devices can be handed on.
-fn is_plain_init(container: &Container) -> bool {
-    container.restart_policy.as_deref() != Some("Always")
-}
-
-/// The containers a pod runs, init containers first, with whether each is a plain init one.
-pub fn pod_containers(pod: &Pod) -> Vec<(&Container, bool)> {
-    let Some(spec) = pod.spec.as_ref() else {
-        return Vec::new();
-    };
-    let inits = spec.init_containers.iter().flatten();
-    inits
-        .map(|c| (c, is_plain_init(c)))
-        .chain(spec.containers.iter().map(|c| (c, false)))
-        .collect()
-}
-
 /// What the pod needs of each resource at once: the most any plain init container needs, or
 /// what the long-running containers need together, whichever is more.
 pub(super) fn pod_needs(pod: &Pod) -> BTreeMap<String, usize> {
     let mut init_max: BTreeMap<String, usize> = BTreeMap::new();
     let mut running: BTreeMap<String, usize> = BTreeMap::new();
-    for (c, plain_init) in pod_containers(pod) {
+    for (c, plain_init) in crate::pod::containers_in_order(pod) {
         for (name, n) in container_needs(c) {
             if plain_init {
                 let m = init_max.entry(name).or_default();
@@ -263,7 +246,7 @@ impl State {
             }
             return Ok(None);
         }
-        let plain_inits: BTreeSet<&str> = pod_containers(pod)
+        let plain_inits: BTreeSet<&str> = crate::pod::containers_in_order(pod)
             .into_iter()
             .filter(|(_, plain)| *plain)
             .map(|(c, _)| c.name.as_str())

@@ -18,9 +18,10 @@ use std::sync::{Arc, Mutex};
 use k8s_openapi::api::core::v1::Pod;
 use tracing::{info, warn};
 
-use crate::cm::cpumanager::{AllocateError, CpuAdmission, CpuManager, containers_in_order};
+use crate::cm::cpumanager::{AllocateError, CpuAdmission, CpuManager};
 use crate::cm::devicemanager::{AllocationError, DeviceManager};
 use crate::cm::numa::{Hint, ResourceHints};
+use crate::pod::containers_in_order;
 use policy::{NumaInfo, Options, Policy};
 
 pub const SCOPE_CONTAINER: &str = "container";
@@ -252,9 +253,9 @@ impl TopologyManager {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         let nodes = &self.numa.nodes;
         if self.policy == Policy::None {
-            for (container, is_init) in containers_in_order(pod) {
+            for (container, plain_init) in containers_in_order(pod) {
                 if let Some(cpu) = cpu.as_deref_mut() {
-                    cpu.allocate(container, is_init, None)?;
+                    cpu.allocate(container, plain_init, None)?;
                 }
             }
             return Ok(());
@@ -274,7 +275,7 @@ impl TopologyManager {
         } else {
             None
         };
-        for (container, is_init) in containers_in_order(pod) {
+        for (container, plain_init) in containers_in_order(pod) {
             let hint = match pod_hint {
                 Some(h) => h,
                 None => {
@@ -292,7 +293,7 @@ impl TopologyManager {
                 .or_default()
                 .insert(container.name.clone(), hint);
             if let Some(cpu) = cpu.as_deref_mut() {
-                cpu.allocate(container, is_init, hint.affinity)?;
+                cpu.allocate(container, plain_init, hint.affinity)?;
             }
             if let Some(devices) = devices {
                 devices.assign_aligned(pod, container, hint.affinity)?;
