@@ -7,6 +7,7 @@
 //!
 //! Each container writes its `Cpus_allowed_list` to a hostPath file twice a second. Needs two
 //! online CPUs (this bed has two); on a machine with one it says so and checks the refusal.
+//! The memory manager test at the end writes `Mems_allowed_list` the same way.
 
 mod common;
 
@@ -228,5 +229,135 @@ fn the_topology_manager_refuses_a_pod_no_numa_node_can_hold() {
     wait_for(Duration::from_secs(60), "the pods gone", || {
         k.pods().is_empty().then_some(())
     });
+    k.cleanup();
+}
+
+/// The Static memory manager on this machine's NUMA node(s): with 100Mi of node 0 kept for the
+/// system (what the bed's hard eviction threshold holds back), a Guaranteed container runs
+/// with cpuset.mems set to the node that holds its memory, `memory_manager_state` books it in
+/// upstream's shape, a Guaranteed pod no node can hold is refused with upstream's reason
+/// before it runs, and a kubelet started with the None policy over that state refuses to
+/// start, with upstream's words.
+#[test]
+fn the_memory_manager_binds_guaranteed_memory_to_a_numa_node() {
+    let _guard = serial();
+    let mut k = Kubelet::new("memory-manager");
+    let out = k.dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let config = k.drop_ins.join("50-memory-manager.conf");
+    std::fs::write(
+        &config,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         memoryManagerPolicy: Static\n\
+         reservedMemory:\n- numaNode: 0\n  limits: {memory: 100Mi}\n",
+    )
+    .unwrap();
+    let mems_pod = |name: &str, memory: &str| {
+        static_pod(
+            name,
+            &format!(
+                r#"  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: {BUSYBOX}
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "while true; do grep Mems_allowed_list /proc/self/status | cut -f2 > /out/{name}.tmp; mv /out/{name}.tmp /out/{name}; sleep 0.5; done"]
+    volumeMounts:
+    - {{name: out, mountPath: /out}}
+    resources:
+      requests: {{cpu: 100m, memory: {memory}}}
+      limits: {{cpu: 100m, memory: {memory}}}
+  volumes:
+  - {{name: out, hostPath: {{path: {out}}}}}
+"#,
+                out = out.display()
+            ),
+        )
+    };
+    k.write_manifest("pinned.yaml", &mems_pod("pinned", "32Mi"));
+    k.write_manifest("huge.yaml", &mems_pod("huge", "100Ti"));
+    k.start();
+    // This machine's first node holds 32Mi; the container may use that node's memory only,
+    // and the runtime was told so (on a one-node machine the kernel's list says 0 anyway).
+    wait_cpus(&out, "pinned", "0", &k);
+    let pinned = k.wait_pod("pinned", "running", Duration::from_secs(30), |p| {
+        p["status"]["containerStatuses"][0]["containerID"].is_string()
+    });
+    let id = pinned["status"]["containerStatuses"][0]["containerID"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("containerd://")
+        .to_string();
+    let info = std::process::Command::new("ctr")
+        .args(["--address", &containerd_socket(), "-n", "k8s.io"])
+        .args(["containers", "info", &id])
+        .output()
+        .expect("ctr");
+    let info: serde_json::Value = serde_json::from_slice(&info.stdout)
+        .unwrap_or_else(|e| panic!("ctr containers info {id}: {e}: {info:?}"));
+    let resources = &info["Spec"]["linux"]["resources"];
+    assert_eq!(resources["cpu"]["mems"], "0", "{resources}");
+    let huge = k.wait_pod("huge", "refused", Duration::from_secs(60), |p| {
+        p["status"]["phase"] == "Failed"
+    });
+    assert_eq!(
+        huge["status"]["reason"], "UnexpectedAdmissionError",
+        "{huge}"
+    );
+    assert_eq!(
+        huge["status"]["message"],
+        "Pod was rejected: Allocate failed due to [memorymanager] failed to get the default NUMA affinity, no NUMA nodes with enough memory is available, which is unexpected"
+    );
+    assert!(!out.join("huge").exists(), "the refused pod ran");
+    let state = k.root_dir.join("memory_manager_state");
+    let text = std::fs::read_to_string(&state).unwrap();
+    assert!(
+        text.starts_with(r#"{"policyName":"Static","machineState":{"0":{"numberOfAssignments":1,"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"[{"numaAffinity":[0],"type":"memory","size":33554432}]"#),
+        "{text}"
+    );
+    let (code, metrics) = http_get(k.ro_port, "/metrics").expect("/metrics");
+    assert_eq!(code, 200);
+    for (name, want) in [
+        ("kubelet_memory_manager_pinning_requests_total", "2"),
+        ("kubelet_memory_manager_pinning_errors_total", "1"),
+    ] {
+        let line = metrics.lines().find(|l| l.starts_with(&format!("{name} ")));
+        assert_eq!(
+            line.and_then(|l| l.split(' ').nth(1)),
+            Some(want),
+            "{name}\n{metrics}"
+        );
+    }
+    k.remove_manifest("pinned.yaml");
+    k.remove_manifest("huge.yaml");
+    wait_for(Duration::from_secs(60), "the pods gone", || {
+        k.pods().is_empty().then_some(())
+    });
+    k.stop();
+    // The pod's memory went back when it went.
+    let text = std::fs::read_to_string(&state).unwrap();
+    assert!(
+        text.contains(r#""numberOfAssignments":0,"#) && !text.contains("entries"),
+        "{text}"
+    );
+
+    // The state says Static: a kubelet with the default None policy over it stops.
+    std::fs::remove_file(&config).unwrap();
+    k.spawn_with(&[]);
+    let status = k
+        .wait_exit(Duration::from_secs(30))
+        .expect("the kubelet should stop at start");
+    assert!(!status.success());
+    let log = k.log();
+    let want = format!(
+        r#"[memorymanager] configured policy \"None\" differs from state checkpoint policy \"Static\", please drain this node and delete the memory manager checkpoint file \"{}\" before restarting Kubelet"#,
+        state.display()
+    );
+    assert!(log.contains(&want), "{}", tail(&log, 30));
+    std::fs::remove_file(&state).unwrap();
     k.cleanup();
 }

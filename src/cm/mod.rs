@@ -9,6 +9,7 @@ pub mod driver;
 mod fs;
 pub mod layout;
 pub mod manager;
+pub mod memorymanager;
 pub mod name;
 pub mod numa;
 pub mod resources;

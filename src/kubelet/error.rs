@@ -44,6 +44,10 @@ pub enum KubeletError {
     /// The CPU manager's policy, options or state file are unusable.
     #[error(transparent)]
     CpuManager(#[from] crate::cm::cpumanager::CpuManagerError),
+    /// The memory manager's policy or reservedMemory is unusable, or its state file belongs
+    /// to another policy or another machine.
+    #[error(transparent)]
+    MemoryManager(#[from] crate::cm::memorymanager::MemoryManagerError),
     /// The topology manager's policy, scope or options are unusable, or the machine has more
     /// NUMA nodes than it allows.
     #[error(transparent)]

@@ -47,6 +47,7 @@ struct Core {
     status: Arc<StatusStore>,
     devices: Arc<cm::devicemanager::DeviceManager>,
     cpus: Arc<cm::cpumanager::CpuManager>,
+    memory: Arc<cm::memorymanager::MemoryManager>,
     topology: Arc<cm::topologymanager::TopologyManager>,
 }
 
@@ -77,6 +78,8 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
     // here, before any pod runs (as upstream's container manager does).
     let cpus = cm::cpumanager::CpuManager::start(&(&settings).into())?;
     cpus.spawn_reconcile(cri.clone(), &mut tasks, &cancel);
+    let memory_settings = cm::memorymanager::MemorySettings::new(&settings, &host.facts);
+    let memory = cm::memorymanager::MemoryManager::start(&memory_settings)?;
     let topology = cm::topologymanager::TopologyManager::start(&(&settings).into())?;
 
     // API server mode (after TLS bootstrap), then the ports: bad TLS or auth settings and
@@ -121,6 +124,7 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         status,
         devices,
         cpus,
+        memory,
         topology,
     };
     // Upstream keeps the runtime's container events behind the EventedPLEG gate, off by
@@ -173,15 +177,14 @@ pub async fn run(settings: Settings, cancel: CancellationToken) -> Result<(), Ku
         .set(&[&core.node_name], 1.0);
     stats.spawn_sampler(&mut tasks, &cancel);
     let gates = &core.settings.config.feature_gates;
-    podresources::spawn(
-        pod_resources,
+    let pod_resources_service = podresources::PodResourcesService::new(
         core.status.clone(),
-        core.devices.clone(),
-        core.cpus.clone(),
-        gates,
-        &mut tasks,
-        &cancel,
-    );
+        podresources::get_enabled(gates),
+    )
+    .with_devices(core.devices.clone())
+    .with_cpus(core.cpus.clone())
+    .with_memory(core.memory.clone());
+    podresources::spawn(pod_resources, pod_resources_service, &mut tasks, &cancel);
     let state = ServerState {
         status: core.status,
         sync_health,

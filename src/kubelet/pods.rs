@@ -66,7 +66,8 @@ pub(super) fn managers(
                 runtime
                     .with_oom_kills(oom_kills)
                     .with_devices(core.devices.clone())
-                    .with_cpus(core.cpus.clone()),
+                    .with_cpus(core.cpus.clone())
+                    .with_memory(core.memory.clone()),
             ),
             volumes: Arc::new(volumes.with_runtime(runtime_version)),
             probes,
@@ -105,6 +106,7 @@ pub(super) fn spawn_sync(
         pressure: node.pressure.clone(),
         devices: core.devices.clone(),
         cpus: core.cpus.clone(),
+        memory: core.memory.clone(),
         topology: core.topology.clone(),
     };
     let settings = (&core.settings).into();

@@ -26,27 +26,7 @@ pub fn check_supported(settings: &Settings, host: &Host) -> Result<(), KubeletEr
     if settings.flags.bootstrap_kubeconfig.is_some() && settings.flags.kubeconfig.is_none() {
         warn!("--bootstrap-kubeconfig needs --kubeconfig to write to; running standalone");
     }
-    for setting in resource_managers_ignored(cfg) {
-        warn!(setting = %setting, "This resource manager setting is not implemented by this version of kubelet-rs and has no effect: containers get no exclusive memory");
-    }
     Ok(())
-}
-
-/// The memory manager settings asked for that this version does not honour (only its default,
-/// `None`, is what it does), so none is dropped without a word. The CPU and topology
-/// managers' settings are all honoured or refused (cm::cpumanager, cm::topologymanager).
-pub fn resource_managers_ignored(cfg: &crate::config::KubeletConfiguration) -> Vec<String> {
-    let mut ignored = Vec::new();
-    let mut policy = |name: &str, value: &str, default: &str| {
-        if value != default {
-            ignored.push(format!("{name}: {value}"));
-        }
-    };
-    policy("memoryManagerPolicy", &cfg.memory_manager_policy, "None");
-    if !cfg.reserved_memory.is_empty() {
-        ignored.push("reservedMemory".to_string());
-    }
-    ignored
 }
 
 /// Upstream's words for cgroup v1 hosts since v1.31, in the log and in the node's event.
@@ -178,20 +158,5 @@ mod tests {
             assert!(!check_cgroup_version(fail, Some(CgroupVersion::V2)).unwrap());
             assert!(!check_cgroup_version(fail, None).unwrap());
         }
-    }
-
-    #[test]
-    fn resource_manager_policies_other_than_the_defaults_are_named() {
-        let mut cfg = crate::config::KubeletConfiguration::defaulted();
-        assert!(resource_managers_ignored(&cfg).is_empty());
-        cfg.cpu_manager_policy = "static".into();
-        cfg.memory_manager_policy = "Static".into();
-        cfg.topology_manager_policy = "single-numa-node".into();
-        cfg.cpu_manager_policy_options
-            .insert("full-pcpus-only".into(), "true".into());
-        assert_eq!(
-            resource_managers_ignored(&cfg),
-            ["memoryManagerPolicy: Static"]
-        );
     }
 }

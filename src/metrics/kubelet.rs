@@ -56,6 +56,8 @@ pub struct KubeletMetrics {
     /// Containers that needed exclusive CPUs, and those whose allocation failed.
     pub cpu_manager_pinning_requests: Scalar,
     pub cpu_manager_pinning_errors: Scalar,
+    pub memory_manager_pinning_requests: Scalar,
+    pub memory_manager_pinning_errors: Scalar,
     /// The static policy's shared pool less the reserved CPUs, and the CPUs given out.
     pub cpu_manager_shared_pool_millicores: Scalar,
     pub cpu_manager_exclusive_cpus: Scalar,
@@ -241,6 +243,16 @@ impl KubeletMetrics {
                 "The number of cpu core allocations which required pinning failed.",
                 &[],
             )),
+            memory_manager_pinning_requests: Scalar::counter(alpha(
+                "kubelet_memory_manager_pinning_requests_total",
+                "The number of memory pages allocations which required pinning.",
+                &[],
+            )),
+            memory_manager_pinning_errors: Scalar::counter(alpha(
+                "kubelet_memory_manager_pinning_errors_total",
+                "The number of memory pages allocations which required pinning that failed.",
+                &[],
+            )),
             cpu_manager_shared_pool_millicores: Scalar::gauge(alpha(
                 "kubelet_cpu_manager_shared_pool_size_millicores",
                 "The size of the shared CPU pool for non-guaranteed QoS pods, in millicores.",
@@ -332,6 +344,8 @@ impl KubeletMetrics {
             self.device_plugin_alloc_duration.family(),
             self.cpu_manager_pinning_requests.family(),
             self.cpu_manager_pinning_errors.family(),
+            self.memory_manager_pinning_requests.family(),
+            self.memory_manager_pinning_errors.family(),
             self.cpu_manager_shared_pool_millicores.family(),
             self.cpu_manager_exclusive_cpus.family(),
             self.topology_manager_admission_requests.family(),

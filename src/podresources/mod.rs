@@ -1,8 +1,7 @@
 //! The pod-resources gRPC service (v1) on `<root-dir>/pod-resources/kubelet.sock`: which pods
 //! and containers run here and what devices, exclusive CPUs and memory they hold. Devices come
-//! from the device manager, exclusive CPUs from the CPU manager (none with its `none` policy);
-//! this kubelet has only the `None` memory policy so far, so, as upstream with it, no
-//! container holds memory and none is allocatable.
+//! from the device manager, exclusive CPUs from the CPU manager (none with its `none` policy),
+//! memory by NUMA node from the memory manager (none with its `None` policy).
 
 #[allow(clippy::all, clippy::pedantic, missing_docs, unreachable_pub)]
 pub mod api {
@@ -20,6 +19,7 @@ use tracing::info;
 
 use crate::cm::cpumanager::CpuManager;
 use crate::cm::devicemanager::{DeviceManager, HeldDevices};
+use crate::cm::memorymanager::{Block, MemoryManager};
 use crate::events::TokenBucket;
 use crate::status::StatusStore;
 use api::pod_resources_lister_server::{PodResourcesLister, PodResourcesListerServer};
@@ -54,6 +54,7 @@ pub struct PodResourcesService {
     get_enabled: bool,
     devices: Option<Arc<DeviceManager>>,
     cpus: Option<Arc<CpuManager>>,
+    memory: Option<Arc<MemoryManager>>,
 }
 
 /// Whether `Get` is served: the KubeletPodResourcesGet gate, on unless turned off.
@@ -72,6 +73,7 @@ impl PodResourcesService {
             get_enabled,
             devices: None,
             cpus: None,
+            memory: None,
         }
     }
 
@@ -85,8 +87,18 @@ impl PodResourcesService {
         self
     }
 
+    pub fn with_memory(mut self, memory: Arc<MemoryManager>) -> Self {
+        self.memory = Some(memory);
+        self
+    }
+
     fn resources_of(&self, pod: &Pod) -> api::PodResources {
-        resources_of(pod, self.devices.as_deref(), self.cpus.as_deref())
+        resources_of(
+            pod,
+            self.devices.as_deref(),
+            self.cpus.as_deref(),
+            self.memory.as_deref(),
+        )
     }
 
     fn admit(&self) -> Result<(), Status> {
@@ -107,6 +119,23 @@ fn topology(numa: Option<i64>) -> Option<api::TopologyInfo> {
     })
 }
 
+fn container_memory(blocks: Vec<Block>) -> Vec<api::ContainerMemory> {
+    blocks
+        .into_iter()
+        .map(|b| api::ContainerMemory {
+            memory_type: b.resource,
+            size: b.size,
+            topology: Some(api::TopologyInfo {
+                nodes: b
+                    .numa_affinity
+                    .into_iter()
+                    .map(|id| api::NumaNode { id: i64::from(id) })
+                    .collect(),
+            }),
+        })
+        .collect()
+}
+
 fn container_devices(held: Vec<HeldDevices>) -> Vec<api::ContainerDevices> {
     held.into_iter()
         .map(|h| api::ContainerDevices {
@@ -123,6 +152,7 @@ fn resources_of(
     pod: &Pod,
     devices: Option<&DeviceManager>,
     cpus: Option<&CpuManager>,
+    memory: Option<&MemoryManager>,
 ) -> api::PodResources {
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
     let spec = pod.spec.as_ref();
@@ -149,6 +179,9 @@ fn resources_of(
                             .map(i64::from)
                             .collect()
                     })
+                    .unwrap_or_default(),
+                memory: memory
+                    .map(|m| container_memory(m.blocks(uid, &c.name)))
                     .unwrap_or_default(),
                 ..Default::default()
             })
@@ -201,10 +234,15 @@ impl PodResourcesLister for PodResourcesService {
             .as_ref()
             .map(|m| m.allocatable_cpus().iter().map(i64::from).collect())
             .unwrap_or_default();
+        let memory = self
+            .memory
+            .as_ref()
+            .map(|m| container_memory(m.allocatable()))
+            .unwrap_or_default();
         Ok(Response::new(api::AllocatableResourcesResponse {
             devices,
             cpu_ids,
-            ..Default::default()
+            memory,
         }))
     }
 
@@ -253,16 +291,10 @@ pub fn bind(root_dir: &Path) -> Result<tokio::net::UnixListener, PodResourcesErr
 /// Serves the bound socket until cancelled; a failure ends the kubelet.
 pub fn spawn(
     listener: tokio::net::UnixListener,
-    status: Arc<StatusStore>,
-    devices: Arc<DeviceManager>,
-    cpus: Arc<CpuManager>,
-    feature_gates: &std::collections::BTreeMap<String, bool>,
+    service: PodResourcesService,
     tasks: &mut crate::tasks::Tasks,
     cancel: &CancellationToken,
 ) {
-    let service = PodResourcesService::new(status, get_enabled(feature_gates))
-        .with_devices(devices)
-        .with_cpus(cpus);
     tasks.critical_fallible(
         "pod-resources server",
         serve(listener, service, cancel.child_token()),

@@ -348,3 +348,58 @@ async fn exclusive_cpus_are_listed_per_container_and_the_rest_as_allocatable() {
         .into_inner();
     assert_eq!(alloc.cpu_ids, [1, 2]);
 }
+
+#[tokio::test]
+async fn memory_is_listed_by_numa_node_per_container_and_per_node_as_allocatable() {
+    use crate::cm::memorymanager::{MemoryManager, STATIC, tests as mem};
+    let dir = tempfile::tempdir().unwrap();
+    let memory = MemoryManager::start(&mem::settings(dir.path(), STATIC)).unwrap();
+    let mut p = mem::pod(
+        "uid-db",
+        vec![],
+        vec![mem::container("db", "1Gi", Some("2Mi"))],
+    );
+    p.metadata.namespace = Some("default".into());
+    memory.admit(&p).unwrap();
+    let status = Arc::new(StatusStore::default());
+    status.set("uid-db", Arc::new(p), Default::default());
+    let service = PodResourcesService::new(status, true).with_memory(memory);
+    let list = service
+        .list(Request::new(api::ListPodResourcesRequest {}))
+        .await
+        .unwrap()
+        .into_inner();
+    let held: Vec<(String, u64, Vec<i64>)> = list.pod_resources[0].containers[0]
+        .memory
+        .iter()
+        .map(|m| {
+            let nodes = m.topology.as_ref().unwrap().nodes.iter().map(|n| n.id);
+            (m.memory_type.clone(), m.size, nodes.collect())
+        })
+        .collect();
+    assert_eq!(
+        held,
+        [
+            ("hugepages-2Mi".to_string(), 2 << 20, vec![0]),
+            ("memory".to_string(), 1 << 30, vec![0]),
+        ]
+    );
+    let alloc = service
+        .get_allocatable_resources(Request::new(api::AllocatableResourcesRequest {}))
+        .await
+        .unwrap()
+        .into_inner();
+    let per_node: Vec<(String, u64)> = alloc
+        .memory
+        .iter()
+        .map(|m| (m.memory_type.clone(), m.size))
+        .collect();
+    assert_eq!(
+        per_node,
+        [
+            ("hugepages-2Mi".to_string(), 8 << 20),
+            ("memory".to_string(), (7 << 30) - (8 << 20)),
+            ("memory".to_string(), 8 << 30),
+        ]
+    );
+}

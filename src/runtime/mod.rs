@@ -186,6 +186,8 @@ pub struct RuntimeManager {
     devices: Option<Arc<crate::cm::devicemanager::DeviceManager>>,
     /// The CPU manager's cpuset for each container; None in tests that have none.
     cpus: Option<Arc<crate::cm::cpumanager::CpuManager>>,
+    /// The memory manager's cpuset.mems for each container; None in tests that have none.
+    memory: Option<Arc<crate::cm::memorymanager::MemoryManager>>,
     /// What each pod's cgroup and running containers were last given, for in-place resize.
     /// Bounded by the pods with workers: pruned to the observed containers on every sync and
     /// dropped when the pod is removed.
@@ -240,6 +242,7 @@ impl RuntimeManager {
             oom_kills: Arc::default(),
             devices: None,
             cpus: None,
+            memory: None,
             acked: Default::default(),
         }
     }
@@ -251,6 +254,11 @@ impl RuntimeManager {
 
     pub fn with_cpus(mut self, cpus: Arc<crate::cm::cpumanager::CpuManager>) -> Self {
         self.cpus = Some(cpus);
+        self
+    }
+
+    pub fn with_memory(mut self, memory: Arc<crate::cm::memorymanager::MemoryManager>) -> Self {
+        self.memory = Some(memory);
         self
     }
 

@@ -322,6 +322,15 @@ impl RuntimeManager {
         {
             resources.cpuset_cpus = cpus.to_string();
         }
+        // The memory manager's NUMA nodes (Static policy, Guaranteed pods only).
+        if let Some(mems) = self
+            .memory
+            .as_ref()
+            .and_then(|m| m.cpuset_mems(uid, &container.name))
+            && let Some(resources) = config.linux.as_mut().and_then(|l| l.resources.as_mut())
+        {
+            resources.cpuset_mems = mems;
+        }
         Ok(config)
     }
 

@@ -178,6 +178,7 @@ pub struct SyncLoop {
     /// The CPU manager: exclusive CPUs are taken at admission and given back when the pod is
     /// gone.
     cpus: Option<Arc<crate::cm::cpumanager::CpuManager>>,
+    memory: Option<Arc<crate::cm::memorymanager::MemoryManager>>,
     topology: Option<Arc<crate::cm::topologymanager::TopologyManager>>,
     /// UIDs failed at admission, so later updates of the same object are not re-admitted.
     /// Bounded by the source's pods: entries go when the pod is removed.
@@ -233,6 +234,7 @@ impl SyncLoop {
             security: None,
             devices: None,
             cpus: None,
+            memory: None,
             topology: None,
             rejected: HashSet::new(),
             ctx: Arc::new(WorkerContext {
@@ -265,6 +267,11 @@ impl SyncLoop {
 
     pub fn with_cpus(mut self, cpus: Arc<crate::cm::cpumanager::CpuManager>) -> Self {
         self.cpus = Some(cpus);
+        self
+    }
+
+    pub fn with_memory(mut self, memory: Arc<crate::cm::memorymanager::MemoryManager>) -> Self {
+        self.memory = Some(memory);
         self
     }
 
@@ -754,9 +761,10 @@ impl SyncLoop {
         })
     }
 
-    /// The topology manager's admission, last because it takes CPUs (and devices, when it
-    /// aligns them) and gives them back itself when the pod does not fit whole: exclusive CPUs
-    /// for Guaranteed containers, on the NUMA nodes the policy chose.
+    /// The topology manager's admission, last because it takes CPUs and memory (and devices,
+    /// when it aligns them) and gives them back itself when the pod does not fit whole:
+    /// exclusive CPUs and NUMA-bound memory for Guaranteed containers, on the NUMA nodes the
+    /// policy chose.
     fn admit_resources(&self, pod: &Arc<Pod>) -> Result<(), admission::Rejection> {
         let rejection = |reason: &str, message: String| admission::Rejection {
             reason: reason.into(),
@@ -764,14 +772,31 @@ impl SyncLoop {
         };
         match &self.topology {
             Some(topology) => topology
-                .admit(pod, self.cpus.as_deref(), self.devices.as_deref())
+                .admit(
+                    pod,
+                    self.cpus.as_deref(),
+                    self.memory.as_deref(),
+                    self.devices.as_deref(),
+                )
                 .map_err(|e| rejection(e.reason(), e.message())),
-            None => match &self.cpus {
-                Some(cpus) => cpus
-                    .admit(pod)
-                    .map_err(|e| rejection(e.reason(), e.message())),
-                None => Ok(()),
-            },
+            None => {
+                if let Some(cpus) = &self.cpus {
+                    cpus.admit(pod)
+                        .map_err(|e| rejection(e.reason(), e.message()))?;
+                }
+                if let Some(memory) = &self.memory
+                    && let Err(e) = memory.admit(pod)
+                {
+                    if let Some(cpus) = &self.cpus {
+                        cpus.forget(uid_of(pod).as_str());
+                    }
+                    return Err(rejection(
+                        "UnexpectedAdmissionError",
+                        format!("Allocate failed due to {e}, which is unexpected"),
+                    ));
+                }
+                Ok(())
+            }
         }
     }
 
@@ -826,6 +851,9 @@ impl SyncLoop {
             }
             if let Some(cpus) = &self.cpus {
                 cpus.forget(uid);
+            }
+            if let Some(memory) = &self.memory {
+                memory.forget(uid);
             }
             if let Some(topology) = &self.topology {
                 topology.forget(uid);
@@ -943,6 +971,9 @@ impl SyncLoop {
                         }
                         if let Some(cpus) = &self.cpus {
                             cpus.retain(wanted);
+                        }
+                        if let Some(memory) = &self.memory {
+                            memory.retain(wanted);
                         }
                         if let Some(topology) = &self.topology {
                             topology.retain(wanted);

@@ -66,6 +66,7 @@ pub struct SyncDeps {
     /// Device plugins' devices, admitted for every pod (static ones too, as upstream's).
     pub devices: Arc<crate::cm::devicemanager::DeviceManager>,
     pub cpus: Arc<crate::cm::cpumanager::CpuManager>,
+    pub memory: Arc<crate::cm::memorymanager::MemoryManager>,
     pub topology: Arc<crate::cm::topologymanager::TopologyManager>,
 }
 
@@ -95,6 +96,7 @@ pub fn spawn(
     .with_known_pods(deps.known_pods)
     .with_devices(deps.devices)
     .with_cpus(deps.cpus)
+    .with_memory(deps.memory)
     .with_topology(deps.topology)
     .with_allocation_checkpoint(&deps.root_dir)
     .with_security(

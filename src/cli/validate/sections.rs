@@ -33,6 +33,7 @@ pub(super) const SECTIONS: &[fn(&mut Check)] = &[
     hairpin_mode,
     image_pull_credentials,
     reserved_system_cpus,
+    reserved_memory,
     cgroup_driver,
     authorization_mode,
     logging_format,
@@ -506,6 +507,36 @@ fn reserved_system_cpus(c: &mut Check) {
                 "unable to parse reservedSystemCPUs (--reserved-cpus) {}, error: {e}",
                 kc.reserved_system_cpus
             ));
+        }
+    }
+}
+
+/// Upstream's validateReservedMemoryConfiguration: memory and huge pages only, none zero,
+/// each NUMA node and resource once.
+fn reserved_memory(c: &mut Check) {
+    let mut seen = std::collections::BTreeSet::new();
+    for r in &c.kc.reserved_memory {
+        let node = r.numa_node;
+        for (name, value) in &r.limits {
+            if name != "memory" && !name.starts_with("hugepages-") {
+                c.bad(format!(
+                    "the limit type {name:?} for NUMA node {node} is not supported, only [memory hugepages-<HugePageSize>] is accepted"
+                ));
+            }
+            match Amount::parse(value) {
+                Ok(a) if a == Amount::ZERO => c.bad(format!(
+                    "reserved memory may not be zero for NUMA node {node} and resource {name:?}"
+                )),
+                Ok(_) => {}
+                Err(e) => c.bad(format!(
+                    "reserved memory for NUMA node {node} and resource {name:?}: {e}"
+                )),
+            }
+            if !seen.insert((node, name.clone())) {
+                c.bad(format!(
+                    "the reserved memory has a duplicate value for NUMA node {node} and resource {name:?}"
+                ));
+            }
         }
     }
 }

@@ -7,7 +7,7 @@ use std::fmt;
 
 /// A set of NUMA node ids below 64 (upstream's bitmask; the topology manager refuses machines
 /// with more nodes than it allows, 8 by default).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NumaMask(u64);
 
 impl NumaMask {

@@ -1,13 +1,13 @@
 //! The topology manager (upstream's cm/topologymanager): at admission it asks the hint
-//! providers (the CPU and device managers) where each container's resources could sit by NUMA
+//! providers (the CPU, memory and device managers) where each container's resources could sit by NUMA
 //! node, merges their hints under the policy, refuses the pod with upstream's
 //! `TopologyAffinityError` when the policy cannot be met, and has the providers allocate on the
 //! chosen nodes. Scope `container` does this container by container, scope `pod` once for
-//! the whole pod. With policy `none` the CPU manager allocates with no alignment and devices
-//! are picked at container start, as before the topology manager existed.
+//! the whole pod. With policy `none` the CPU and memory managers allocate with no alignment
+//! and devices are picked at container start, as before the topology manager existed.
 //!
-//! Not here yet: the memory manager as a provider. Devices aligned at admission are picked
-//! without the plugin's GetPreferredAllocation (the plugin still gets Allocate at start).
+//! Not here yet: devices aligned at admission are picked without the plugin's
+//! GetPreferredAllocation (the plugin still gets Allocate at start).
 
 pub mod policy;
 
@@ -20,6 +20,7 @@ use tracing::{info, warn};
 
 use crate::cm::cpumanager::{AllocateError, CpuAdmission, CpuManager};
 use crate::cm::devicemanager::{AllocationError, DeviceManager};
+use crate::cm::memorymanager::{self, MemoryAdmission, MemoryManager};
 use crate::cm::numa::{Hint, ResourceHints};
 use crate::pod::containers_in_order;
 use policy::{NumaInfo, Options, Policy};
@@ -57,6 +58,8 @@ pub enum AdmitError {
     Cpu(#[from] AllocateError),
     #[error("Allocate failed due to {0}, which is unexpected")]
     Device(#[from] AllocationError),
+    #[error("Allocate failed due to {0}, which is unexpected")]
+    Memory(#[from] memorymanager::AllocateError),
 }
 
 impl AdmitError {
@@ -64,7 +67,7 @@ impl AdmitError {
         match self {
             AdmitError::Topology => "TopologyAffinityError",
             AdmitError::Cpu(e) => e.reason(),
-            AdmitError::Device(_) => "UnexpectedAdmissionError",
+            AdmitError::Device(_) | AdmitError::Memory(_) => "UnexpectedAdmissionError",
         }
     }
 
@@ -203,12 +206,13 @@ impl TopologyManager {
         self.lock().get(uid)?.get(container).copied()
     }
 
-    /// Admits the pod's CPUs and devices (see the module's words); on refusal nothing the
-    /// pod was given at admission stays with it.
+    /// Admits the pod's CPUs, memory and devices (see the module's words); on refusal
+    /// nothing the pod was given at admission stays with it.
     pub fn admit(
         &self,
         pod: &Pod,
         cpus: Option<&CpuManager>,
+        memory: Option<&MemoryManager>,
         devices: Option<&DeviceManager>,
     ) -> Result<(), AdmitError> {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
@@ -216,7 +220,8 @@ impl TopologyManager {
         metrics.topology_manager_admission_requests.inc(&[]);
         let started = std::time::Instant::now();
         let mut cpu = cpus.map(|c| c.begin(pod));
-        let result = self.admit_with(pod, cpu.as_mut(), devices);
+        let mut mem = memory.map(|m| m.begin(pod));
+        let result = self.admit_with(pod, cpu.as_mut(), mem.as_mut(), devices);
         // Whole milliseconds, as upstream observes them.
         metrics
             .topology_manager_admission_duration
@@ -226,10 +231,14 @@ impl TopologyManager {
                 if let Some(cpu) = cpu {
                     cpu.commit();
                 }
+                if let Some(mem) = mem {
+                    mem.commit();
+                }
                 Ok(())
             }
             Err(e) => {
-                // The CPU admission gives its CPUs back when dropped.
+                // The CPU and memory admissions give back what they took when dropped.
+                drop(mem);
                 drop(cpu);
                 if self.policy != Policy::None {
                     metrics.topology_manager_admission_errors.inc(&[]);
@@ -248,6 +257,7 @@ impl TopologyManager {
         &self,
         pod: &Pod,
         mut cpu: Option<&mut CpuAdmission<'_>>,
+        mut mem: Option<&mut MemoryAdmission<'_>>,
         devices: Option<&DeviceManager>,
     ) -> Result<(), AdmitError> {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
@@ -256,6 +266,9 @@ impl TopologyManager {
             for (container, plain_init) in containers_in_order(pod) {
                 if let Some(cpu) = cpu.as_deref_mut() {
                     cpu.allocate(container, plain_init, None)?;
+                }
+                if let Some(mem) = mem.as_deref_mut() {
+                    mem.allocate(container, plain_init, None)?;
                 }
             }
             return Ok(());
@@ -267,6 +280,9 @@ impl TopologyManager {
         let pod_hint = if self.scope == Scope::Pod {
             let providers = [
                 cpu_hints(cpu.as_deref().and_then(CpuAdmission::pod_hints)),
+                mem.as_deref()
+                    .map(MemoryAdmission::pod_hints)
+                    .unwrap_or_default(),
                 devices.map(|d| d.pod_hints(pod, nodes)).unwrap_or_default(),
             ];
             let hint = self.merge(pod, "", &providers)?;
@@ -281,6 +297,9 @@ impl TopologyManager {
                 None => {
                     let providers = [
                         cpu_hints(cpu.as_deref().and_then(|c| c.hints(container))),
+                        mem.as_deref()
+                            .map(|m| m.hints(container))
+                            .unwrap_or_default(),
                         devices
                             .map(|d| d.hints(pod, container, nodes))
                             .unwrap_or_default(),
@@ -294,6 +313,9 @@ impl TopologyManager {
                 .insert(container.name.clone(), hint);
             if let Some(cpu) = cpu.as_deref_mut() {
                 cpu.allocate(container, plain_init, hint.affinity)?;
+            }
+            if let Some(mem) = mem.as_deref_mut() {
+                mem.allocate(container, plain_init, Some(hint))?;
             }
             if let Some(devices) = devices {
                 devices.assign_aligned(pod, container, hint.affinity)?;

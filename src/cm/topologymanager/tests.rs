@@ -181,13 +181,15 @@ fn exclusive_cpus_come_from_the_one_node_that_holds_them_or_the_pod_is_refused()
     let dir = tempfile::tempdir().unwrap();
     let (cpus, topology) = managers(dir.path(), "single-numa-node", "container");
     let first = pod("a", &[("app", "4")], &[]);
-    topology.admit(&first, Some(&cpus), None).unwrap();
+    topology.admit(&first, Some(&cpus), None, None).unwrap();
     // Node 0 has three free CPUs (0 is reserved): all four come from node 1.
     assert_eq!(cpus.exclusive_cpus("a", "app").to_string(), "2-3,6-7");
     assert_eq!(topology.affinity_mask("a", "app"), Some(NumaMask::of([1])));
 
     let second = pod("b", &[("app", "4")], &[]);
-    let err = topology.admit(&second, Some(&cpus), None).unwrap_err();
+    let err = topology
+        .admit(&second, Some(&cpus), None, None)
+        .unwrap_err();
     assert_eq!(err.reason(), "TopologyAffinityError");
     assert_eq!(
         err.message(),
@@ -197,7 +199,7 @@ fn exclusive_cpus_come_from_the_one_node_that_holds_them_or_the_pod_is_refused()
     assert_eq!(topology.affinity("b", "app"), None);
     // Three fit on node 0.
     let third = pod("c", &[("app", "3")], &[]);
-    topology.admit(&third, Some(&cpus), None).unwrap();
+    topology.admit(&third, Some(&cpus), None, None).unwrap();
     assert_eq!(cpus.exclusive_cpus("c", "app").to_string(), "1,4-5");
 }
 
@@ -207,14 +209,14 @@ fn best_effort_admits_what_cannot_be_aligned_and_the_cpu_manager_says_what_is_sh
     let (cpus, topology) = managers(dir.path(), "best-effort", "container");
     // Five: no single node holds them; both nodes together do.
     let wide = pod("w", &[("app", "5")], &[]);
-    topology.admit(&wide, Some(&cpus), None).unwrap();
+    topology.admit(&wide, Some(&cpus), None, None).unwrap();
     assert_eq!(cpus.exclusive_cpus("w", "app").len(), 5);
     assert_eq!(
         topology.affinity_mask("w", "app"),
         Some(NumaMask::of([0, 1]))
     );
     let more = pod("m", &[("app", "3")], &[]);
-    let err = topology.admit(&more, Some(&cpus), None).unwrap_err();
+    let err = topology.admit(&more, Some(&cpus), None, None).unwrap_err();
     assert_eq!(err.reason(), "UnexpectedAdmissionError");
 }
 
@@ -223,14 +225,18 @@ fn pod_scope_keeps_every_container_of_the_pod_on_one_node() {
     let two_of_two = pod("p", &[("one", "2"), ("two", "2")], &[]);
     let dir = tempfile::tempdir().unwrap();
     let (cpus, topology) = managers(dir.path(), "single-numa-node", "container");
-    topology.admit(&two_of_two, Some(&cpus), None).unwrap();
+    topology
+        .admit(&two_of_two, Some(&cpus), None, None)
+        .unwrap();
     // Container by container: the first fits the lower node, the second only the other.
     assert_eq!(cpus.exclusive_cpus("p", "one").to_string(), "1,5");
     assert_eq!(cpus.exclusive_cpus("p", "two").to_string(), "2,6");
 
     let dir = tempfile::tempdir().unwrap();
     let (cpus, topology) = managers(dir.path(), "single-numa-node", "pod");
-    topology.admit(&two_of_two, Some(&cpus), None).unwrap();
+    topology
+        .admit(&two_of_two, Some(&cpus), None, None)
+        .unwrap();
     // Four at once fit node 1 only.
     assert_eq!(cpus.exclusive_cpus("p", "one").to_string(), "2,6");
     assert_eq!(cpus.exclusive_cpus("p", "two").to_string(), "3,7");
@@ -263,4 +269,58 @@ fn a_bad_policy_or_scope_or_too_many_nodes_stops_the_start() {
         "unsupported on machines with more than 8 NUMA Nodes"
     );
     assert!(TopologyManager::start(&s("none", "container")).is_ok());
+}
+
+#[test]
+fn memory_is_a_third_provider_and_single_numa_node_keeps_it_with_the_cpus() {
+    use crate::cm::memorymanager::tests as mem;
+    use crate::cm::memorymanager::{MemoryManager, STATIC};
+    let dir = tempfile::tempdir().unwrap();
+    let (cpus, topology) = managers(dir.path(), "single-numa-node", "container");
+    // 8 GiB per node, 1 GiB of node 0 kept for the system (and 8 MiB behind huge pages).
+    let memory = MemoryManager::start(&mem::settings(dir.path(), STATIC)).unwrap();
+    // No single node holds 9 GiB: refused whole, the CPU it was about to get given back.
+    let too_big = mem::pod("b", vec![], vec![mem::container("app", "9Gi", None)]);
+    let err = topology
+        .admit(&too_big, Some(&cpus), Some(&memory), None)
+        .unwrap_err();
+    assert_eq!(err.reason(), "TopologyAffinityError");
+    assert!(cpus.exclusive_cpus("b", "app").is_empty());
+    assert!(memory.blocks("b", "app").is_empty());
+
+    let fits_node_1 = mem::pod("a", vec![], vec![mem::container("app", "7Gi", None)]);
+    topology
+        .admit(&fits_node_1, Some(&cpus), Some(&memory), None)
+        .unwrap();
+    assert_eq!(topology.affinity_mask("a", "app"), Some(NumaMask::of([1])));
+    assert_eq!(memory.cpuset_mems("a", "app").as_deref(), Some("1"));
+    assert_eq!(cpus.exclusive_cpus("a", "app").to_string(), "2");
+    // Now node 1 serves a single-node allocation, so no mask is left for 9 GiB: the memory
+    // manager gives no hints (no preference, as upstream's), and its allocation fails.
+    let err = topology
+        .admit(&too_big, Some(&cpus), Some(&memory), None)
+        .unwrap_err();
+    assert_eq!(err.reason(), "UnexpectedAdmissionError");
+    assert!(cpus.exclusive_cpus("b", "app").is_empty());
+
+    // Best effort admits it across both nodes; the memory manager's own error surfaces as
+    // upstream's unexpected admission error when even that cannot hold it.
+    let (cpus, topology) = managers(dir.path(), "best-effort", "container");
+    std::fs::remove_file(dir.path().join("memory_manager_state")).unwrap();
+    let memory = MemoryManager::start(&mem::settings(dir.path(), STATIC)).unwrap();
+    topology
+        .admit(&too_big, Some(&cpus), Some(&memory), None)
+        .unwrap();
+    assert_eq!(memory.cpuset_mems("b", "app").as_deref(), Some("0,1"));
+    let huge = mem::pod("c", vec![], vec![mem::container("app", "20Gi", None)]);
+    let err = topology
+        .admit(&huge, Some(&cpus), Some(&memory), None)
+        .unwrap_err();
+    assert_eq!(err.reason(), "UnexpectedAdmissionError");
+    assert!(
+        err.message()
+            .starts_with("Allocate failed due to [memorymanager] failed to "),
+        "{}",
+        err.message()
+    );
 }
