@@ -1,6 +1,6 @@
-//! Generates the gRPC bindings: the CRI (runtime.v1), the kubelet's pod-resources (v1), plugin
-//! registration (pluginregistration), the CSI Node and Identity services (csi.v1) and the device
-//! plugin API (deviceplugin v1beta1), and
+//! Generates the gRPC bindings: the CRI (runtime.v1), the kubelet's pod-resources (v1 and
+//! v1alpha1), plugin registration (pluginregistration), the CSI Node and Identity services
+//! (csi.v1) and the device plugin API (deviceplugin v1beta1), and
 //! stamps the binary with the commit it is built from, as upstream's `--version=raw` shows
 //! (GitCommit, GitTreeState).
 //!
@@ -34,7 +34,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .compile_fds(fds)?;
 
     let podresources = proto_root.join("podresources/v1/api.proto");
-    let fds = protox::compile([&podresources], [proto_root])?;
+    let podresources_alpha = proto_root.join("podresources/v1alpha1/api.proto");
+    let fds = protox::compile([&podresources, &podresources_alpha], [proto_root])?;
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)

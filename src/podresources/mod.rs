@@ -1,4 +1,4 @@
-//! The pod-resources gRPC service (v1) on `<root-dir>/pod-resources/kubelet.sock`: which pods
+//! The pod-resources gRPC service (v1, and v1alpha1 beside it) on `<root-dir>/pod-resources/kubelet.sock`: which pods
 //! and containers run here and what devices, exclusive CPUs and memory they hold. Devices come
 //! from the device manager, exclusive CPUs from the CPU manager (none with its `none` policy),
 //! memory by NUMA node from the memory manager (none with its `None` policy).
@@ -7,6 +7,7 @@
 pub mod api {
     tonic::include_proto!("v1");
 }
+pub mod v1alpha1;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -311,8 +312,13 @@ pub async fn serve(
     {
         info!(socket = %path.display(), "Serving pod resources");
     }
+    let service = Arc::new(service);
+    let alpha = v1alpha1::V1Alpha1(service.clone());
     tonic::transport::Server::builder()
-        .add_service(PodResourcesListerServer::new(service))
+        .add_service(PodResourcesListerServer::from_arc(service))
+        .add_service(
+            v1alpha1::api::pod_resources_lister_server::PodResourcesListerServer::new(alpha),
+        )
         .serve_with_incoming_shutdown(crate::grpc_uds::incoming(listener), cancel.cancelled())
         .await?;
     Ok(())

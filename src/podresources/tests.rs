@@ -129,6 +129,42 @@ async fn lists_active_pods_with_containers_and_sidecars() {
 }
 
 #[tokio::test]
+async fn v1alpha1_is_served_beside_v1_with_every_pod_and_its_app_containers() {
+    use super::v1alpha1::api as alpha;
+    let (_client, dir, cancel) = start().await;
+    let path = socket_path(dir.path());
+    let channel = crate::cri::connect_channel(&path.display().to_string(), Duration::from_secs(5))
+        .await
+        .unwrap();
+    let mut client = alpha::pod_resources_lister_client::PodResourcesListerClient::new(channel);
+    let list = client
+        .list(alpha::ListPodResourcesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let mut pods: Vec<(String, Vec<String>)> = list
+        .pod_resources
+        .iter()
+        .map(|p| {
+            let names = p.containers.iter().map(|c| c.name.clone()).collect();
+            (p.name.clone(), names)
+        })
+        .collect();
+    pods.sort();
+    assert_eq!(
+        pods,
+        [
+            ("done".to_string(), vec!["job".to_string()]),
+            (
+                "web".to_string(),
+                vec!["app".to_string(), "proxy".to_string()]
+            ),
+        ]
+    );
+    cancel.cancel();
+}
+
+#[tokio::test]
 async fn get_follows_its_feature_gate() {
     let (mut client, _dir, cancel) = start_with(false).await;
     let err = client
