@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Usage: hack/cluster/smoke.sh [--upstream-kubelet | --our-kubelet] [--bench N] [--bench-csi N]
-#                              [--keep] [NAME]
+#                              [--bench-guaranteed N] [--keep] [NAME]
 #
 # Proves that the local control plane NAME (default "krs") does what kubelet tests need. Starts
 # it with up.sh when it does not run (and leaves it running). Checks, against the real apiserver:
@@ -23,6 +23,11 @@
 # PersistentVolumes, then N pods at once that each mount one, and prints how long each took
 # from its creation to Running (median, 90th percentile, slowest) and how long all N took to be
 # deleted again, their volumes unpublished and unstaged (hack/bench-csi runs both kubelets).
+# --bench-guaranteed N runs the kubelet with the static CPU manager (CPU 0 reserved; needs two
+# CPUs) beside a device plugin (tests/grpc/device_plugin.py, same venv) and times N rounds of one
+# Guaranteed pod holding one device and one exclusive CPU: from its creation to Running, then
+# its deletion until it is gone; the first round checks the container's CPU list and device env
+# (hack/bench-guaranteed runs both kubelets). /var/lib/kubelet/device-plugins is private too.
 # That part runs in a private mount namespace: /var/log/pods, /var/log/containers, /etc/hosts
 # (with "<node ip> <node>") and the sysctls the kubelet adjusts are private copies.
 # --keep leaves the Deployment, Node and CSRs in the cluster (the kubelet is stopped regardless).
@@ -45,6 +50,9 @@ KUBELET_BIN="$KRS_CL_BIN_DIR/kubelet"
 KUBELET_KIND=upstream
 BENCH_ROUNDS=0
 BENCH_CSI=0
+BENCH_GUARANTEED=0
+DEVICE_RESOURCE=bench.kubelet-rs.io/device
+DEVICE_PLUGIN_PID=""
 CSI_DRIVER_NAME=bench.csi.kubelet-rs.io
 CSI_DRIVER_PID=""
 KUBELET_PORT=10450
@@ -74,7 +82,7 @@ poll() {
 	done
 }
 
-usage() { echo "usage: $0 [--upstream-kubelet | --our-kubelet] [--bench N] [--bench-csi N] [--keep] [NAME]" >&2; }
+usage() { echo "usage: $0 [--upstream-kubelet | --our-kubelet] [--bench N] [--bench-csi N] [--bench-guaranteed N] [--keep] [NAME]" >&2; }
 
 # --- API checks ----------------------------------------------------------------------------------
 
@@ -231,6 +239,11 @@ privatize() {
 	mount --bind "$dir/hosts" /etc/hosts
 	mount --bind "$dir/pod-logs" /var/log/pods
 	mount --bind "$dir/container-logs" /var/log/containers
+	if ((BENCH_GUARANTEED > 0)); then
+		# Both kubelets serve device plugins in this fixed folder only.
+		mkdir -p "$dir/device-plugins" /var/lib/kubelet/device-plugins
+		mount --bind "$dir/device-plugins" /var/lib/kubelet/device-plugins
+	fi
 }
 
 cgroup_dirs() {
@@ -266,11 +279,17 @@ cleanup_kubelet() {
 		# Let the kubelet tear its pods down properly (volumes unpublished) before it goes.
 		k delete deployment "$DEPLOYMENT" --ignore-not-found --wait=false >/dev/null 2>&1
 		k delete pods -l app=bench-csi --ignore-not-found --wait=false >/dev/null 2>&1
+		k delete pods -l app=bench-gu --ignore-not-found --wait=false >/dev/null 2>&1
 		poll 60 pods_gone
+		poll 60 gu_pods_gone
 		poll 120 csi_pods_gone
 	fi
 	((BENCH_CSI == 0)) || remove_csi_objects
 	stop_kubelet
+	if [[ -n "$DEVICE_PLUGIN_PID" ]]; then
+		kill -TERM "$DEVICE_PLUGIN_PID" 2>/dev/null
+		wait "$DEVICE_PLUGIN_PID" 2>/dev/null
+	fi
 	if [[ -n "$CSI_DRIVER_PID" ]]; then
 		kill -TERM "$CSI_DRIVER_PID" 2>/dev/null
 		wait "$CSI_DRIVER_PID" 2>/dev/null
@@ -478,6 +497,98 @@ bench_csi() {
 	printf '[bench] %-9s %-28s %dms\n' "$KUBELET_KIND" "CSI pods all deleted" "$(((now - t0) / 1000))"
 }
 
+gu_pods_gone() {
+	[[ -z "$(k get pods -l app=bench-gu -o name)" ]]
+}
+
+gu_pod() {
+	cat <<-EOF
+		apiVersion: v1
+		kind: Pod
+		metadata: {name: $1, namespace: default, labels: {app: bench-gu}}
+		spec:
+		  nodeName: $NODE
+		  terminationGracePeriodSeconds: 1
+		  containers:
+		  - name: main
+		    image: $IMAGE
+		    imagePullPolicy: IfNotPresent
+		    command: [sh, -c, "trap 'exit 0' TERM; while true; do sleep 1; done"]
+		    resources:
+		      requests: {cpu: "1", memory: 64Mi, $DEVICE_RESOURCE: "1"}
+		      limits: {cpu: "1", memory: 64Mi, $DEVICE_RESOURCE: "1"}
+	EOF
+}
+
+devices_allocatable() {
+	[[ "$(k get node "$NODE" -o "jsonpath={.status.allocatable.${DEVICE_RESOURCE//./\\.}}")" == 4 ]]
+}
+
+bench_guaranteed() {
+	local python
+	python="$("$TESTBED/grpcio-venv.sh")"
+	"$python" "$KRS_CL_REPO_ROOT/tests/grpc/device_plugin.py" "$KRS_CL_REPO_ROOT" \
+		--dir /var/lib/kubelet/device-plugins --resource "$DEVICE_RESOURCE" --count 4 \
+		>"$KDIR/device-plugin.log" 2>&1 &
+	DEVICE_PLUGIN_PID=$!
+	poll 60 devices_allocatable || {
+		fail "$DEVICE_RESOURCE not allocatable on $NODE; see $KDIR/device-plugin.log"
+		return
+	}
+	local i t0 now name phase deadline started=() deleted=() ran
+	for ((i = 0; i < BENCH_GUARANTEED; i++)); do
+		coproc WATCH {
+			exec kubectl --kubeconfig "$CL_ADMIN_CONF" --request-timeout=0 get pods -l app=bench-gu \
+				--watch -o 'jsonpath={.metadata.name} {.status.phase}{"\n"}' 2>/dev/null
+		}
+		sleep 1
+		t0=${EPOCHREALTIME/./}
+		gu_pod "bench-gu-$i" | k create -f - >/dev/null
+		deadline=$((SECONDS + TIMEOUT_S))
+		ran=0
+		while ((SECONDS < deadline)); do
+			if ! read -r -t 5 name phase <&"${WATCH[0]}"; then
+				kill -0 "$WATCH_PID" 2>/dev/null && continue
+				break
+			fi
+			[[ "$name" == "bench-gu-$i" ]] || continue
+			if [[ "$phase" == Failed ]]; then
+				break
+			fi
+			if [[ "$phase" == Running ]]; then
+				now=${EPOCHREALTIME/./}
+				started+=("$(((now - t0) / 1000))")
+				ran=1
+				break
+			fi
+		done
+		kill "$WATCH_PID" 2>/dev/null || true
+		wait "$WATCH_PID" 2>/dev/null || true
+		if ((!ran)); then
+			fail "bench-gu-$i did not run: $(k get pod "bench-gu-$i" -o 'jsonpath={.status.reason}: {.status.message}')"
+			return
+		fi
+		if ((i == 0)); then
+			local cpus env
+			cpus="$(k exec "bench-gu-$i" -- sh -c 'grep Cpus_allowed_list /proc/self/status | cut -f2')" || true
+			env="$(k exec "bench-gu-$i" -- sh -c 'echo $BENCH_DEVICES')" || true
+			[[ "$cpus" == 1 && "$env" == dev-* ]] &&
+				pass "the Guaranteed pod runs on CPU $cpus alone with device $env" ||
+				fail "the Guaranteed pod's CPUs '$cpus', device env '$env' (wanted CPU 1 and a dev-*)"
+		fi
+		t0=${EPOCHREALTIME/./}
+		k delete pod "bench-gu-$i" --wait=false >/dev/null
+		poll "$TIMEOUT_S" gu_pods_gone || {
+			fail "bench-gu-$i was not deleted"
+			return
+		}
+		now=${EPOCHREALTIME/./}
+		deleted+=("$(((now - t0) / 1000))")
+	done
+	stats "Guaranteed+device pod start" "${started[@]}"
+	stats "Guaranteed+device pod delete" "${deleted[@]}"
+}
+
 # No CSI staging or publishing mount is left under the kubelet's root dir.
 no_csi_mounts() {
 	! awk -v d="$KDIR/root/" 'index($5, d) == 1 && ($5 ~ /kubernetes.io~csi/ ||
@@ -533,8 +644,15 @@ run_node_kubelet() {
 		--make-iptables-util-chains=false
 		--volume-plugin-dir="$root/volume-plugins"
 		--fail-swap-on=false
+		# The test bed's disk thresholds (tests/common, e2e/run.sh): this machine's disk is
+		# often fuller than the default 10% free, which would put the node under disk pressure.
+		--eviction-hard="memory.available<100Mi,nodefs.available<1%,imagefs.available<1%"
 		--v=2
 	)
+	if ((BENCH_GUARANTEED > 0)); then
+		[[ "$(nproc)" -ge 2 ]] || cl_die "--bench-guaranteed needs two CPUs (CPU 0 is reserved)"
+		flags+=(--cpu-manager-policy=static --reserved-cpus=0)
+	fi
 	printf '[smoke] starting the %s kubelet as %s (log %s/kubelet.log)\n' "$KUBELET_KIND" "$NODE" "$KDIR" >&2
 	"$KUBELET_BIN" "${flags[@]}" >"$KDIR/kubelet.log" 2>&1 &
 	KUBELET_PID=$!
@@ -574,6 +692,7 @@ addresses $(k get node "$NODE" -o 'jsonpath={.status.addresses[*].address}'))"
 	fi
 	((BENCH_ROUNDS == 0)) || bench_api
 	((BENCH_CSI == 0)) || bench_csi
+	((BENCH_GUARANTEED == 0)) || bench_guaranteed
 }
 
 # --- main --------------------------------------------------------------------------------------
@@ -595,6 +714,10 @@ main() {
 			;;
 		--bench-csi)
 			BENCH_CSI="$2"
+			shift
+			;;
+		--bench-guaranteed)
+			BENCH_GUARANTEED="$2"
 			shift
 			;;
 		--keep) KEEP=1 ;;
@@ -622,8 +745,9 @@ main() {
 		check_node_kubeconfig
 		if ((upstream)); then
 			# The kubelet part needs private mounts; its exit status carries the verdict.
-			local rc=0 inner=(--upstream-kubelet --bench "$BENCH_ROUNDS" --bench-csi "$BENCH_CSI")
-			[[ $KUBELET_KIND != ours ]] || inner=(--our-kubelet --bench "$BENCH_ROUNDS" --bench-csi "$BENCH_CSI")
+			local rc=0 benches=(--bench "$BENCH_ROUNDS" --bench-csi "$BENCH_CSI" --bench-guaranteed "$BENCH_GUARANTEED")
+			local inner=(--upstream-kubelet "${benches[@]}")
+			[[ $KUBELET_KIND != ours ]] || inner=(--our-kubelet "${benches[@]}")
 			[[ $KEEP != 1 ]] || inner+=(--keep)
 			KRS_SMOKE_IN_NS=1 unshare --mount --propagation private \
 				bash "$SELF" "${inner[@]}" "$CL_NAME" || rc=$?

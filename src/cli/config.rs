@@ -202,7 +202,7 @@ fn deep_merge(base: &mut Value, overlay: Value) {
 
 /// Collects the field names serde's derive generated for `T` by asking it to
 /// deserialize from a probe that records the list and then bails out.
-fn struct_fields<T: DeserializeOwned>() -> &'static [&'static str] {
+pub(crate) fn struct_fields<T: DeserializeOwned>() -> &'static [&'static str] {
     struct Probe(Option<&'static [&'static str]>);
     #[derive(Debug)]
     struct Stop;

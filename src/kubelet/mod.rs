@@ -10,6 +10,7 @@
 //! Shutting down leaves pods running: a restarted kubelet adopts them.
 
 mod error;
+mod no_effect;
 mod node_loops;
 mod plugins;
 mod pods;

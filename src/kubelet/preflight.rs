@@ -20,8 +20,12 @@ pub fn check_supported(settings: &Settings, host: &Host) -> Result<(), KubeletEr
                 .into(),
         ));
     }
-    if !cfg.static_pod_url.is_empty() {
-        warn!(url = %cfg.static_pod_url, "staticPodURL is not supported yet; ignoring it");
+    for (setting, missing) in super::no_effect::given(settings) {
+        warn!(
+            setting,
+            missing,
+            "This setting is not implemented by this version of kubelet-rs and has no effect"
+        );
     }
     if settings.flags.bootstrap_kubeconfig.is_some() && settings.flags.kubeconfig.is_none() {
         warn!("--bootstrap-kubeconfig needs --kubeconfig to write to; running standalone");
