@@ -55,6 +55,18 @@ fn wait_cpus(out: &Path, name: &str, want: &str, k: &Kubelet) {
     );
 }
 
+/// Starts the kubelet with its configuration as it is and checks that it stops at once with
+/// `want` in its log (the log line quotes the message, so its quotes come escaped).
+fn refuses_to_start(k: &mut Kubelet, want: &str) {
+    k.spawn_with(&[]);
+    let status = k
+        .wait_exit(Duration::from_secs(30))
+        .expect("the kubelet should stop at start");
+    assert!(!status.success());
+    let log = k.log();
+    assert!(log.contains(want), "{}", tail(&log, 30));
+}
+
 fn online_cpus() -> String {
     std::fs::read_to_string("/sys/devices/system/cpu/online")
         .unwrap_or_default()
@@ -117,18 +129,13 @@ fn guaranteed_containers_get_cpus_of_their_own_and_the_shared_pool_follows() {
         k.stop();
     }
     std::fs::remove_file(&config).unwrap();
-    k.spawn_with(&[]);
-    let status = k
-        .wait_exit(Duration::from_secs(30))
-        .expect("the kubelet should stop at start");
-    assert!(!status.success());
-    let log = k.log();
-    // The log line quotes the message, so its quotes come escaped.
-    let want = format!(
-        r#"configured policy \"none\" differs from state checkpoint policy \"static\", please drain this node and delete the CPU manager checkpoint file \"{}\" before restarting Kubelet"#,
-        state.display()
+    refuses_to_start(
+        &mut k,
+        &format!(
+            r#"configured policy \"none\" differs from state checkpoint policy \"static\", please drain this node and delete the CPU manager checkpoint file \"{}\" before restarting Kubelet"#,
+            state.display()
+        ),
     );
-    assert!(log.contains(&want), "{}", tail(&log, 30));
     // Without the file it starts again (and cleans up).
     std::fs::remove_file(&state).unwrap();
     k.cleanup();
@@ -347,17 +354,13 @@ fn the_memory_manager_binds_guaranteed_memory_to_a_numa_node() {
 
     // The state says Static: a kubelet with the default None policy over it stops.
     std::fs::remove_file(&config).unwrap();
-    k.spawn_with(&[]);
-    let status = k
-        .wait_exit(Duration::from_secs(30))
-        .expect("the kubelet should stop at start");
-    assert!(!status.success());
-    let log = k.log();
-    let want = format!(
-        r#"[memorymanager] configured policy \"None\" differs from state checkpoint policy \"Static\", please drain this node and delete the memory manager checkpoint file \"{}\" before restarting Kubelet"#,
-        state.display()
+    refuses_to_start(
+        &mut k,
+        &format!(
+            r#"[memorymanager] configured policy \"None\" differs from state checkpoint policy \"Static\", please drain this node and delete the memory manager checkpoint file \"{}\" before restarting Kubelet"#,
+            state.display()
+        ),
     );
-    assert!(log.contains(&want), "{}", tail(&log, 30));
     std::fs::remove_file(&state).unwrap();
     k.cleanup();
 }

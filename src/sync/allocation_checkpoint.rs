@@ -48,15 +48,14 @@ pub fn path_in(root_dir: &Path) -> PathBuf {
 
 /// The checkpoint's pods; none when there is no file yet.
 pub fn load(path: &Path) -> Result<BTreeMap<String, PodResources>, CheckpointError> {
-    let text = match std::fs::read(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
-        Err(source) => {
-            return Err(CheckpointError::Read {
-                path: path.to_path_buf(),
-                source,
-            });
+    let read = crate::cm::checkpoint_file::read_if_present(path).map_err(|source| {
+        CheckpointError::Read {
+            path: path.to_path_buf(),
+            source,
         }
+    })?;
+    let Some(text) = read else {
+        return Ok(BTreeMap::new());
     };
     serde_json::from_slice::<OnDisk>(&text)
         .map(|d| d.pods)

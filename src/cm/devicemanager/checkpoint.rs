@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cm::checkpoint_file::{FNV_OFFSET, fnv1a, replace_synced};
+use crate::cm::checkpoint_file::{FNV_OFFSET, fnv1a, read_if_present, replace_synced};
 
 pub const FILE_NAME: &str = "kubelet_internal_checkpoint";
 
@@ -183,15 +183,12 @@ pub fn checksum(data: &Data) -> u64 {
 
 /// The checkpoint's data and the boot it was written in; None when there is no file.
 pub fn load(path: &Path) -> Result<Option<(Data, String)>, CheckpointError> {
-    let text = match std::fs::read(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(CheckpointError::Read {
-                path: path.to_path_buf(),
-                source,
-            });
-        }
+    let read = read_if_present(path).map_err(|source| CheckpointError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let Some(text) = read else {
+        return Ok(None);
     };
     let on_disk: OnDisk =
         serde_json::from_slice(&text).map_err(|source| CheckpointError::Parse {

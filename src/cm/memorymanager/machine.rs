@@ -28,19 +28,7 @@ pub enum MachineError {
 /// huge pages) when there are none.
 pub fn read(sysfs: &Path, whole: &NodeMemory) -> Result<Vec<NodeMemory>, MachineError> {
     let dir = sysfs.join("devices/system/node");
-    let mut ids: Vec<u32> = std::fs::read_dir(&dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()?
-                .strip_prefix("node")?
-                .parse::<u32>()
-                .ok()
-        })
-        .collect();
-    ids.sort_unstable();
+    let ids = crate::cm::numa::node_ids(sysfs);
     if ids.is_empty() {
         return Ok(vec![whole.clone()]);
     }

@@ -14,30 +14,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cm::checkpoint_file::{FNV_OFFSET, fnv1a, replace_synced};
+pub use crate::cm::checkpoint_file::CheckpointError;
+use crate::cm::checkpoint_file::{FNV_OFFSET, fnv1a, read_checked, write_json};
 
 pub const FILE_NAME: &str = "memory_manager_state";
-
-#[derive(Debug, thiserror::Error)]
-pub enum CheckpointError {
-    #[error("reading {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}: {source}")]
-    Parse {
-        path: PathBuf,
-        source: serde_json::Error,
-    },
-    #[error("checkpoint is corrupted")]
-    Corrupt,
-    #[error("writing {path}: {source}")]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-}
 
 /// One resource's memory on one NUMA node, in bytes.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -201,25 +181,7 @@ pub fn checksum(cp: &Checkpoint) -> u64 {
 /// The checkpoint on disk; None when there is none. A checksum of 0 is accepted, as upstream
 /// does for files of its old backend.
 pub fn read(path: &Path) -> Result<Option<Checkpoint>, CheckpointError> {
-    let text = match std::fs::read(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(CheckpointError::Read {
-                path: path.to_path_buf(),
-                source,
-            });
-        }
-    };
-    let cp: Checkpoint =
-        serde_json::from_slice(&text).map_err(|source| CheckpointError::Parse {
-            path: path.to_path_buf(),
-            source,
-        })?;
-    if cp.checksum != 0 && cp.checksum != checksum(&cp) {
-        return Err(CheckpointError::Corrupt);
-    }
-    Ok(Some(cp))
+    read_checked(path, |cp: &Checkpoint| (cp.checksum, checksum(cp)))
 }
 
 /// Writes through a temporary file and a rename, so a crash leaves the old file or the new.
@@ -231,12 +193,7 @@ pub fn write(path: &Path, policy: &str, state: &State) -> Result<(), CheckpointE
         checksum: 0,
     };
     cp.checksum = checksum(&cp);
-    let err = |source| CheckpointError::Write {
-        path: path.to_path_buf(),
-        source,
-    };
-    let body = serde_json::to_vec(&cp).map_err(|e| err(std::io::Error::other(e)))?;
-    replace_synced(path, &body).map_err(err)
+    write_json(path, &cp)
 }
 
 #[cfg(test)]

@@ -4,6 +4,26 @@
 //! sit. Kept apart from the topology manager so the providers do not depend on it.
 
 use std::fmt;
+use std::path::Path;
+
+/// The NUMA node ids under `<sysfs>/devices/system/node`, ascending; empty on a machine
+/// without the folder.
+pub fn node_ids(sysfs: &Path) -> Vec<u32> {
+    let mut nodes: Vec<u32> = std::fs::read_dir(sysfs.join("devices/system/node"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_prefix("node")?
+                .parse::<u32>()
+                .ok()
+        })
+        .collect();
+    nodes.sort_unstable();
+    nodes
+}
 
 /// A set of NUMA node ids below 64 (upstream's bitmask; the topology manager refuses machines
 /// with more nodes than it allows, 8 by default).

@@ -119,19 +119,7 @@ pub struct TopologyManager {
 /// The NUMA node ids under `<sysfs>/devices/system/node`; a machine without the folder is
 /// one node, 0.
 fn read_nodes(sysfs: &Path) -> Vec<u32> {
-    let mut nodes: Vec<u32> = std::fs::read_dir(sysfs.join("devices/system/node"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()?
-                .strip_prefix("node")?
-                .parse::<u32>()
-                .ok()
-        })
-        .collect();
-    nodes.sort_unstable();
+    let mut nodes = crate::cm::numa::node_ids(sysfs);
     if nodes.is_empty() {
         nodes.push(0);
     }
