@@ -1,5 +1,6 @@
-//! The pod-resources gRPC service (v1, and v1alpha1 beside it) on `<root-dir>/pod-resources/kubelet.sock`: which pods
-//! and containers run here and what devices, exclusive CPUs and memory they hold. Devices come
+//! The pod-resources gRPC service (v1, and v1alpha1 beside it) on
+//! `<root-dir>/pod-resources/kubelet.sock`: which pods and containers run here and what
+//! devices, exclusive CPUs and memory they hold. Devices come
 //! from the device manager, exclusive CPUs from the CPU manager (none with its `none` policy),
 //! memory by NUMA node from the memory manager (none with its `None` policy).
 

@@ -178,6 +178,8 @@ pub struct SyncLoop {
     /// The CPU manager: exclusive CPUs are taken at admission and given back when the pod is
     /// gone.
     cpus: Option<Arc<crate::cm::cpumanager::CpuManager>>,
+    /// The memory manager: NUMA-bound memory is booked at admission and given back when the
+    /// pod is gone.
     memory: Option<Arc<crate::cm::memorymanager::MemoryManager>>,
     topology: Option<Arc<crate::cm::topologymanager::TopologyManager>>,
     /// UIDs failed at admission, so later updates of the same object are not re-admitted.

@@ -1,6 +1,6 @@
 //! The topology manager (upstream's cm/topologymanager): at admission it asks the hint
-//! providers (the CPU, memory and device managers) where each container's resources could sit by NUMA
-//! node, merges their hints under the policy, refuses the pod with upstream's
+//! providers (the CPU, memory and device managers) where each container's resources could sit
+//! by NUMA node, merges their hints under the policy, refuses the pod with upstream's
 //! `TopologyAffinityError` when the policy cannot be met, and has the providers allocate on the
 //! chosen nodes. Scope `container` does this container by container, scope `pod` once for
 //! the whole pod. With policy `none` the CPU and memory managers allocate with no alignment
