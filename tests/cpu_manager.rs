@@ -22,6 +22,12 @@ const GUARANTEED: &str = r#"    resources:
 "#;
 
 fn cpus_pod(name: &str, out: &Path, resources: &str) -> String {
+    status_pod(name, "Cpus_allowed_list", out, resources)
+}
+
+/// A static pod whose container writes the `field` line of its /proc/self/status to
+/// `<out>/<name>` twice a second.
+fn status_pod(name: &str, field: &str, out: &Path, resources: &str) -> String {
     static_pod(
         name,
         &format!(
@@ -30,7 +36,7 @@ fn cpus_pod(name: &str, out: &Path, resources: &str) -> String {
   - name: main
     image: {BUSYBOX}
     imagePullPolicy: IfNotPresent
-    command: ["sh", "-c", "while true; do grep Cpus_allowed_list /proc/self/status | cut -f2 > /out/{name}.tmp; mv /out/{name}.tmp /out/{name}; sleep 0.5; done"]
+    command: ["sh", "-c", "while true; do grep {field} /proc/self/status | cut -f2 > /out/{name}.tmp; mv /out/{name}.tmp /out/{name}; sleep 0.5; done"]
     volumeMounts:
     - {{name: out, mountPath: /out}}
 {resources}  volumes:
@@ -260,26 +266,10 @@ fn the_memory_manager_binds_guaranteed_memory_to_a_numa_node() {
     )
     .unwrap();
     let mems_pod = |name: &str, memory: &str| {
-        static_pod(
-            name,
-            &format!(
-                r#"  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: {BUSYBOX}
-    imagePullPolicy: IfNotPresent
-    command: ["sh", "-c", "while true; do grep Mems_allowed_list /proc/self/status | cut -f2 > /out/{name}.tmp; mv /out/{name}.tmp /out/{name}; sleep 0.5; done"]
-    volumeMounts:
-    - {{name: out, mountPath: /out}}
-    resources:
-      requests: {{cpu: 100m, memory: {memory}}}
-      limits: {{cpu: 100m, memory: {memory}}}
-  volumes:
-  - {{name: out, hostPath: {{path: {out}}}}}
-"#,
-                out = out.display()
-            ),
-        )
+        let resources = format!(
+            "    resources:\n      requests: {{cpu: 100m, memory: {memory}}}\n      limits: {{cpu: 100m, memory: {memory}}}\n"
+        );
+        status_pod(name, "Mems_allowed_list", &out, &resources)
     };
     k.write_manifest("pinned.yaml", &mems_pod("pinned", "32Mi"));
     k.write_manifest("huge.yaml", &mems_pod("huge", "100Ti"));

@@ -126,25 +126,26 @@ impl MemoryAdmission<'_> {
     /// Hints for what the container already holds: its blocks' masks, or no preference when
     /// they no longer match its request (upstream's regenerateHints).
     fn held_hints(blocks: &[Block], request: &policy::Request) -> BTreeMap<String, ResourceHints> {
-        let mut out: BTreeMap<String, ResourceHints> = request
-            .keys()
-            .map(|name| (name.clone(), Some(Vec::new())))
-            .collect();
-        if blocks.len() != request.len() {
+        let matches = blocks.len() == request.len()
+            && blocks
+                .iter()
+                .all(|b| request.get(&b.resource) == Some(&b.size));
+        if !matches {
             return BTreeMap::new();
         }
+        let mut out: BTreeMap<String, Vec<Hint>> = request
+            .keys()
+            .map(|name| (name.clone(), Vec::new()))
+            .collect();
         for b in blocks {
-            if request.get(&b.resource) != Some(&b.size) {
-                return BTreeMap::new();
-            }
-            if let Some(Some(hints)) = out.get_mut(&b.resource) {
+            if let Some(hints) = out.get_mut(&b.resource) {
                 hints.push(Hint {
                     affinity: Some(NumaMask::of(b.numa_affinity.iter().copied())),
                     preferred: true,
                 });
             }
         }
-        out
+        out.into_iter().map(|(name, h)| (name, Some(h))).collect()
     }
 
     fn computed(&self, request: &policy::Request) -> BTreeMap<String, ResourceHints> {

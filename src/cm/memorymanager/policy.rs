@@ -143,7 +143,12 @@ impl StaticPolicy {
                 node.insert(name.clone(), v.ok_or(PolicyError::NotInt64)?);
             }
         }
-        let total: u64 = system_reserved.values().filter_map(|r| r.get(MEMORY)).sum();
+        let total = saturating_sum(
+            system_reserved
+                .values()
+                .filter_map(|r| r.get(MEMORY))
+                .copied(),
+        );
         if total == 0 {
             return Err(PolicyError::NoSystemReserved);
         }
@@ -264,13 +269,7 @@ impl StaticPolicy {
         let mut masks = Vec::new();
         for mask in NumaMask::all_of(&ids) {
             let nodes = mask.nodes();
-            let sum = |f: fn(&MemoryTable) -> u64, name: &str| -> u64 {
-                nodes
-                    .iter()
-                    .filter_map(|n| machine.get(n)?.memory_map.get(name))
-                    .map(f)
-                    .sum()
-            };
+            let sum = |f: fn(&MemoryTable) -> u64, name: &str| over(machine, &nodes, name, f);
             if request
                 .iter()
                 .any(|(name, &size)| sum(|t| t.allocatable, name) < size)
@@ -415,7 +414,7 @@ impl StaticPolicy {
                 };
                 let back = released.min(t.reserved);
                 t.reserved -= back;
-                t.free += back;
+                t.free = t.free.saturating_add(back);
                 released -= back;
             }
         }
@@ -469,9 +468,14 @@ pub fn pod_requested(pod: &Pod) -> Result<Request, AllocateError> {
     {
         for (name, size) in requested(c)? {
             if crate::pod::is_sidecar(c) {
-                *sidecars.entry(name).or_default() += size;
+                let held = sidecars.entry(name).or_default();
+                *held = held.saturating_add(size);
             } else {
-                let with = sidecars.get(&name).copied().unwrap_or(0) + size;
+                let with = sidecars
+                    .get(&name)
+                    .copied()
+                    .unwrap_or(0)
+                    .saturating_add(size);
                 let peak = init_peak.entry(name).or_default();
                 *peak = (*peak).max(with);
             }
@@ -480,13 +484,14 @@ pub fn pod_requested(pod: &Pod) -> Result<Request, AllocateError> {
     let mut apps = Request::new();
     for c in spec.map(|s| s.containers.as_slice()).unwrap_or_default() {
         for (name, size) in requested(c)? {
-            *apps.entry(name).or_default() += size;
+            let total = apps.entry(name).or_default();
+            *total = total.saturating_add(size);
         }
     }
     Ok(apps
         .into_iter()
         .map(|(name, size)| {
-            let long_running = size + sidecars.get(&name).copied().unwrap_or(0);
+            let long_running = size.saturating_add(sidecars.get(&name).copied().unwrap_or(0));
             let peak = init_peak.get(&name).copied().unwrap_or(0);
             (name, long_running.max(peak))
         })
@@ -518,15 +523,25 @@ pub fn best_of(hints: &[Hint]) -> Hint {
 }
 
 fn satisfies(machine: &MachineState, mask: NumaMask, request: &Request) -> bool {
-    request.iter().all(|(name, &size)| {
-        let free: u64 = mask
-            .nodes()
+    let nodes = mask.nodes();
+    request
+        .iter()
+        .all(|(name, &size)| over(machine, &nodes, name, |t| t.free) >= size)
+}
+
+/// One figure of `resource`'s tables summed over `nodes` (restored states and pod specs come
+/// from outside: sums saturate).
+fn over(machine: &MachineState, nodes: &[u32], resource: &str, f: fn(&MemoryTable) -> u64) -> u64 {
+    saturating_sum(
+        nodes
             .iter()
-            .filter_map(|n| machine.get(n)?.memory_map.get(name))
-            .map(|t| t.free)
-            .sum();
-        free >= size
-    })
+            .filter_map(|n| machine.get(n)?.memory_map.get(resource))
+            .map(f),
+    )
+}
+
+fn saturating_sum(values: impl Iterator<Item = u64>) -> u64 {
+    values.fold(0, u64::saturating_add)
 }
 
 /// Whether `mask` breaks the rule that a node serves single-node allocations or one group of
@@ -664,7 +679,9 @@ fn machine_states_equal(a: &MachineState, b: &MachineState) -> bool {
                 na.cells
                     .iter()
                     .filter_map(|c| m.get(c)?.memory_map.get(name))
-                    .fold((0, 0), |(f, r), t| (f + t.free, r + t.reserved))
+                    .fold((0u64, 0u64), |(f, r), t| {
+                        (f.saturating_add(t.free), r.saturating_add(t.reserved))
+                    })
             };
             if group(a) != group(b) {
                 return false;
