@@ -212,6 +212,8 @@ bed_down() {
 		done
 	done < <(awk '$9 == "cgroup" || $9 == "cgroup2" { print $5 }' /proc/self/mountinfo)
 	rm -rf --one-file-system "$NE2E_WORK"
+	# containerd.sh purge empties the instance's folder and leaves it.
+	rmdir "/var/lib/kubelet-rs/$NE2E_INSTANCE" 2>/dev/null
 	set -e
 }
 
