@@ -30,6 +30,8 @@ BUSYBOX_NAMES=(
 	docker.io/library/busybox:1.36
 	docker.io/library/busybox:1.35
 	docker.io/library/busybox:1.29
+	# test/e2e_node/mirror_pod_grace_period_test.go
+	docker.io/library/busybox:1.31.1
 	registry.k8s.io/e2e-test-images/busybox:1.29-4
 	registry.k8s.io/e2e-test-images/busybox:1.36.1-1
 	registry.k8s.io/e2e-test-images/busybox:1.37.0-1
