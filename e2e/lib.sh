@@ -1,5 +1,6 @@
 # shellcheck shell=bash disable=SC2034
-# Shared names, addresses and helpers of e2e/run.sh and e2e/node.sh. Sourced, never run.
+# Shared names, addresses and helpers of e2e/run.sh and e2e/node.sh (e2e/kubeadm and
+# e2e/node-e2e use its helpers too). Sourced, never run.
 #
 # The conformance bed, for NODES nodes (1 or 2), around the control plane "e2e" of hack/cluster
 # (on 127.0.0.1, in the machine's own namespaces):
@@ -65,6 +66,37 @@ KRS_E2E_CHAIN_DNAT="${KRS_E2E_CHAIN_PREFIX}DNAT"
 # private copies (plain files bound over them in its mount namespace).
 KRS_E2E_SYSCTLS=(vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops
 	kernel/keys/root_maxkeys kernel/keys/root_maxbytes)
+
+# e2e_private_sysctls DIR: gives this mount namespace private copies of KRS_E2E_SYSCTLS (plain
+# files under DIR, bound over them).
+e2e_private_sysctls() {
+	local dir="$1" key f
+	mkdir -p "$dir"
+	for key in "${KRS_E2E_SYSCTLS[@]}"; do
+		[[ -e "/proc/sys/$key" ]] || continue
+		f="$dir/${key//\//.}"
+		cat "/proc/sys/$key" >"$f"
+		mount --bind "$f" "/proc/sys/$key"
+	done
+}
+
+# A regular expression (RE2) matching exactly the given spec names, one per line on stdin; fails
+# when there are none. ginkgo (v1) matches -focus and -skip against "<suite description> [Top
+# Level] <spec name>", not the name alone: a name anchored with ^ matches nothing.
+e2e_names_regex() {
+	local names
+	names="$(sed -e 's/[][\.*^$+?(){}|]/\\&/g' | paste -sd '|')"
+	[[ -n "$names" ]] || return 1
+	printf '\\[Top Level\\] (%s)$\n' "$names"
+}
+
+# e2e_skip_names N: the specs section N of e2e/skips.md names (the first `...` of every table
+# row under "## N."): 2 for e2e/run.sh's suites, 3 for the node e2e suite.
+e2e_skip_names() {
+	# shellcheck disable=SC2016 # backquotes of the markdown, not a command
+	awk -v n="$1" '/^## / { named = index($0, "## " n ".") == 1 } named' "$KRS_E2E_ROOT/skips.md" |
+		sed -n 's/^| `\([^`]*\)` |.*/\1/p'
+}
 
 e2e_log() { printf '[e2e %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 e2e_die() {

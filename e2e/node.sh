@@ -44,16 +44,11 @@ LOGS=""
 nlog() { printf '[e2e %(%H:%M:%S)T %s] %s\n' -1 "$N_NAME" "$*" >&2; }
 
 privatize() {
-	local priv="$N_DIR/private" key f j
-	mkdir -p "$priv/sysctl" "$priv/pod-logs" "$priv/container-logs" "$priv/tmp" \
+	local priv="$N_DIR/private"
+	mkdir -p "$priv/pod-logs" "$priv/container-logs" "$priv/tmp" \
 		/var/log/pods /var/log/containers
 	chmod 1777 "$priv/tmp"
-	for key in "${KRS_E2E_SYSCTLS[@]}"; do
-		[[ -e "/proc/sys/$key" ]] || continue
-		f="$priv/sysctl/${key//\//.}"
-		cat "/proc/sys/$key" >"$f"
-		mount --bind "$f" "/proc/sys/$key"
-	done
+	e2e_private_sysctls "$priv/sysctl"
 	{
 		cat /etc/hosts
 		printf '\n# kubelet-rs e2e nodes\n'

@@ -177,22 +177,6 @@ parse_args() {
 
 # --- what the suite runs ---------------------------------------------------------------------
 
-# A regular expression (RE2) matching exactly the given names, one per line on stdin. ginkgo
-# (v1) matches -focus and -skip against "<suite description> [Top Level] <spec name>", not the
-# name alone: a name anchored with ^ matches nothing.
-names_regex() {
-	local names
-	names="$(sed -e 's/[][\.*^$+?(){}|]/\\&/g' | paste -sd '|')"
-	[[ -n "$names" ]] || return 1
-	printf '\\[Top Level\\] (%s)$\n' "$names"
-}
-
-# The specs e2e/skips.md names: the first `...` of every table row under "## 2.".
-skip_names() {
-	# shellcheck disable=SC2016 # backquotes of the markdown, not a command
-	awk '/^## / { named = /^## 2\./ } named' "$HERE/skips.md" | sed -n 's/^| `\([^`]*\)` |.*/\1/p'
-}
-
 quick_names() {
 	grep -v '^[[:space:]]*\(#\|$\)' "$HERE/quick.txt"
 }
@@ -209,7 +193,7 @@ suite_regexes() {
 		;;
 	quick)
 		quick_names >"$ARTIFACTS/expected-names.txt"
-		FOCUS="$(names_regex <"$ARTIFACTS/expected-names.txt")" || e2e_die "e2e/quick.txt lists no spec"
+		FOCUS="$(e2e_names_regex <"$ARTIFACTS/expected-names.txt")" || e2e_die "e2e/quick.txt lists no spec"
 		TAG_SKIP="$TAGS_NODE_CONFORMANCE"
 		;;
 	storage)
@@ -221,8 +205,8 @@ suite_regexes() {
 		TAG_SKIP="$TAGS_FOCUS"
 		;;
 	esac
-	skip_names >"$ARTIFACTS/skip-names.txt"
-	NAME_SKIP="$(names_regex <"$ARTIFACTS/skip-names.txt")" || e2e_die "e2e/skips.md names no spec"
+	e2e_skip_names 2 >"$ARTIFACTS/skip-names.txt"
+	NAME_SKIP="$(e2e_names_regex <"$ARTIFACTS/skip-names.txt")" || e2e_die "e2e/skips.md names no spec"
 	SKIP="$TAG_SKIP|$NAME_SKIP"
 }
 

@@ -96,7 +96,7 @@ overlay() {
 }
 
 privatize() {
-	local d key f
+	local d
 	overlay /etc etc
 	if [[ ! -e /usr/lib/modules ]]; then
 		mkdir -p "$KA_DIR/overlay/usrlib/upper/modules"
@@ -112,13 +112,7 @@ privatize() {
 		mount --bind "$KA_DIR/private$d" "$d"
 	done
 	chmod 0700 /var/lib/etcd
-	mkdir -p "$KA_DIR/private/sysctl"
-	for key in "${KRS_E2E_SYSCTLS[@]}"; do
-		[[ -e "/proc/sys/$key" ]] || continue
-		f="$KA_DIR/private/sysctl/${key//\//.}"
-		cat "/proc/sys/$key" >"$f"
-		mount --bind "$f" "/proc/sys/$key"
-	done
+	e2e_private_sysctls "$KA_DIR/private/sysctl"
 	printf '127.0.0.1 localhost\n::1 localhost\n%s %s\n' "$KA_NODE_IP" "$KA_NODE_NAME" >/etc/hosts
 	printf '# kubelet-rs kubeadm node: no DNS server here\nnameserver 127.0.0.1\n' >/etc/resolv.conf
 	mkdir -p /etc/kubernetes /etc/cni/net.d

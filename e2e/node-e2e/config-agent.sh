@@ -28,6 +28,10 @@ while :; do
 		continue
 	}
 	last="$src"
+	if [[ -z "$data" || "$data" == "<no value>" ]]; then
+		ne2e_log "config agent: ConfigMap $ns/$name has nothing under \"$key\": the config file is left as it is"
+		continue
+	fi
 	printf '%s\n' "$data" >"$NE2E_KUBELET_CONFIG.new"
 	mv -f "$NE2E_KUBELET_CONFIG.new" "$NE2E_KUBELET_CONFIG"
 	cp "$NE2E_KUBELET_CONFIG" "${NE2E_ARTIFACTS:?}/kubelet-config.$name"

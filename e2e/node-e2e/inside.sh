@@ -28,27 +28,16 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=e2e/node-e2e/lib.sh
 source "$HERE/lib.sh"
 TESTBED="$NE2E_REPO/hack/testbed"
-# The sysctls a kubelet writes that are not per network namespace (as e2e/lib.sh's list).
-SYSCTLS=(vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops
-	kernel/keys/root_maxkeys kernel/keys/root_maxbytes)
-# Cgroups the suite's kubelet makes at the root of each hierarchy (its cgroup root is "/" and
-# its kubelet cgroup /kubelet, as the suite configures them).
-CGROUPS=(kubepods kubelet)
 
 SUITE_PID=""
 AGENT_PID=""
 CONTAINERD_STARTED=0
 
 privatize() {
-	local priv="$NE2E_WORK/private" key f
-	mkdir -p "$priv/sysctl" "$priv/pod-logs" "$priv/container-logs" "$priv/kubelet" \
+	local priv="$NE2E_WORK/private"
+	mkdir -p "$priv/pod-logs" "$priv/container-logs" "$priv/kubelet" \
 		/var/log/pods /var/log/containers /var/lib/kubelet
-	for key in "${SYSCTLS[@]}"; do
-		[[ -e "/proc/sys/$key" ]] || continue
-		f="$priv/sysctl/${key//\//.}"
-		cat "/proc/sys/$key" >"$f"
-		mount --bind "$f" "/proc/sys/$key"
-	done
+	e2e_private_sysctls "$priv/sysctl"
 	{
 		printf '127.0.0.1 localhost\n::1 localhost\n'
 		printf '%s %s\n' "$NE2E_NODE_IP" "$NE2E_NODE"
@@ -103,20 +92,10 @@ cleanup() {
 		"$TESTBED/containerd.sh" purge "$NE2E_INSTANCE" 2>>"$NE2E_ARTIFACTS/containerd-stop.log" ||
 			ne2e_log "containerd.sh purge $NE2E_INSTANCE failed; see $NE2E_ARTIFACTS/containerd-stop.log"
 	fi
-	local m c
-	for m in /var/lib/kubelet "$NE2E_WORK"; do
-		awk '{ print $5 }' /proc/self/mountinfo | while read -r p; do
-			p="$(printf '%b' "$p")"
-			[[ "$p" == "$m/"* ]] && printf '%s\n' "$p"
-		done | sort -r -u | while read -r p; do umount "$p" 2>/dev/null || umount -l "$p"; done
-	done
-	while read -r m; do
-		for c in "${CGROUPS[@]}"; do
-			[[ -d "$m/$c" ]] || continue
-			find "$m/$c" -depth -type d -exec rmdir {} + 2>/dev/null ||
-				ne2e_log "cgroup $m/$c still busy; left in place"
-		done
-	done < <(awk '$9 == "cgroup" || $9 == "cgroup2" { print $5 }' /proc/self/mountinfo)
+	local c
+	e2e_unmount_under /var/lib/kubelet
+	e2e_unmount_under "$NE2E_WORK"
+	for c in "${NE2E_CGROUPS[@]}"; do e2e_remove_cgroup "$c"; done
 	ne2e_log "bed down"
 	exit "$rc"
 }

@@ -11,6 +11,10 @@
 
 NE2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 NE2E_REPO="$(cd "$NE2E_DIR/../.." && pwd)"
+# The conformance bed's helpers (sysctls, unmounts, cgroups, spec names); its own names are not
+# used here.
+# shellcheck source=e2e/lib.sh
+source "$NE2E_REPO/e2e/lib.sh"
 NE2E_NETNS="krs-ne2e"
 NE2E_NODE="krs-ne2e"
 NE2E_INSTANCE="krs-ne2e"
@@ -28,6 +32,9 @@ NE2E_BIN_DIR="$NE2E_WORK/bin"
 # The in-process apiserver's insecure port (127.0.0.1:8080 inside the namespace): what the
 # suite's own client and the bed's helpers use.
 NE2E_APISERVER="http://127.0.0.1:8080"
+# Cgroups the suite's kubelet makes at the root of each hierarchy (its cgroup root is "/" and
+# its kubelet cgroup /kubelet, as the suite configures them).
+NE2E_CGROUPS=(kubepods kubelet)
 # Written by inside.sh once e2e_node.test runs: its pid (the kubelet's parent).
 NE2E_SUITE_PID_FILE="$NE2E_WORK/suite.pid"
 

@@ -50,8 +50,6 @@ SELF="$(readlink -f "${BASH_SOURCE[0]}")"
 HERE="$(dirname "$SELF")"
 # shellcheck source=e2e/node-e2e/lib.sh
 source "$HERE/lib.sh"
-# shellcheck source=hack/upstream/lib.sh
-source "$NE2E_REPO/hack/upstream/lib.sh"
 E2E="$NE2E_REPO/e2e"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/kubelet-rs/target}"
 TAGS_NODE_CONFORMANCE='\[Flaky\]|\[Slow\]|\[Serial\]|\[Disruptive\]'
@@ -124,23 +122,8 @@ parse_args() {
 	ARTIFACTS="${ARTIFACTS:-/var/tmp/kubelet-rs-e2e/node-e2e-$KIND-${SUITE%%:*}}"
 }
 
-# A regular expression matching exactly the given spec names, one per line on stdin (ginkgo v1
-# matches "<suite> [Top Level] <name>", as in e2e/run.sh).
-names_regex() {
-	local names
-	names="$(sed -e 's/[][\.*^$+?(){}|]/\\&/g' | paste -sd '|')"
-	[[ -n "$names" ]] || return 1
-	printf '\\[Top Level\\] (%s)$\n' "$names"
-}
-
-# The specs section 3 of e2e/skips.md names: the first `...` of every table row under "## 3.".
-skip_names() {
-	# shellcheck disable=SC2016 # backquotes of the markdown, not a command
-	awk '/^## / { named = /^## 3\./ } named' "$E2E/skips.md" | sed -n 's/^| `\([^`]*\)` |.*/\1/p'
-}
-
 suite_regexes() {
-	skip_names >"$ARTIFACTS/skip-names.txt"
+	e2e_skip_names 3 >"$ARTIFACTS/skip-names.txt"
 	case "$SUITE" in
 	node-conformance)
 		FOCUS='\[NodeConformance\]'
@@ -152,7 +135,7 @@ suite_regexes() {
 		;;
 	quick)
 		grep -v '^[[:space:]]*\(#\|$\)' "$HERE/quick.txt" >"$ARTIFACTS/expected-names.txt" || true
-		FOCUS="$(names_regex <"$ARTIFACTS/expected-names.txt")" ||
+		FOCUS="$(e2e_names_regex <"$ARTIFACTS/expected-names.txt")" ||
 			ne2e_die "e2e/node-e2e/quick.txt names no spec yet"
 		TAG_SKIP="$TAGS_FULL"
 		;;
@@ -163,7 +146,7 @@ suite_regexes() {
 	esac
 	SKIP="$TAG_SKIP"
 	local named
-	if named="$(names_regex <"$ARTIFACTS/skip-names.txt")"; then
+	if named="$(e2e_names_regex <"$ARTIFACTS/skip-names.txt")"; then
 		SKIP="$SKIP|$named"
 	fi
 }
@@ -205,14 +188,8 @@ bed_down() {
 		fi
 		ip netns delete "$NE2E_NETNS"
 	fi
-	local m c
-	while read -r m; do
-		for c in kubepods kubelet; do
-			[[ -d "$m/$c" ]] || continue
-			find "$m/$c" -depth -type d -exec rmdir {} + 2>/dev/null ||
-				ne2e_log "cgroup $m/$c still busy; left in place"
-		done
-	done < <(awk '$9 == "cgroup" || $9 == "cgroup2" { print $5 }' /proc/self/mountinfo)
+	local c
+	for c in "${NE2E_CGROUPS[@]}"; do e2e_remove_cgroup "$c"; done
 	rm -rf --one-file-system "$NE2E_WORK"
 	# containerd.sh purge empties the instance's folder and leaves it.
 	rmdir "/var/lib/kubelet-rs/$NE2E_INSTANCE" 2>/dev/null
