@@ -34,7 +34,7 @@ AGENT_PID=""
 CONTAINERD_STARTED=0
 
 privatize() {
-	local priv="$NE2E_WORK/private"
+	local priv="$NE2E_PRIVATE"
 	mkdir -p "$priv/pod-logs" "$priv/container-logs" "$priv/kubelet" \
 		/var/log/pods /var/log/containers /var/lib/kubelet
 	e2e_private_sysctls "$priv/sysctl"
@@ -43,8 +43,8 @@ privatize() {
 		printf '%s %s\n' "$NE2E_NODE_IP" "$NE2E_NODE"
 	} >"$priv/hosts"
 	mount --bind "$priv/hosts" /etc/hosts
-	printf '# kubelet-rs node-e2e bed: no DNS server here\nnameserver 127.0.0.1\n' >"$priv/resolv.conf"
-	mount --bind "$priv/resolv.conf" /etc/resolv.conf
+	printf '# kubelet-rs node-e2e bed: no DNS server here\nnameserver 127.0.0.1\n' >"$NE2E_RESOLV_CONF"
+	mount --bind "$NE2E_RESOLV_CONF" /etc/resolv.conf
 	mount --bind "$priv/pod-logs" /var/log/pods
 	mount --bind "$priv/container-logs" /var/log/containers
 	mount --bind "$priv/kubelet" /var/lib/kubelet
@@ -56,7 +56,7 @@ privatize() {
 }
 
 import_images() {
-	local list
+	local list lists
 	IFS=: read -r -a lists <<<"$NE2E_IMAGE_LISTS"
 	for list in "${lists[@]}"; do
 		KRS_PREBUILT_IMAGES="$list" "$TESTBED/images.sh" "$NE2E_INSTANCE" \

@@ -5,9 +5,9 @@
 # The node-e2e bed: one network namespace (NE2E_NETNS) entered with private mount and UTS
 # namespaces. In it run e2e_node.test (which starts its own etcd and apiserver in-process and
 # the kubelet under test as its child), a test-bed containerd (instance NE2E_INSTANCE) and the
-# bed-side helpers. The namespace holds loopback, eth0 (NE2E_NODE_IP, the node's InternalIP, one
-# end of a veth pair that never leaves it) and a blackhole default route: nothing leaves the
-# machine.
+# bed-side helpers. The namespace holds loopback and eth0 (NE2E_NODE_IP, the node's InternalIP),
+# one end of a veth pair whose other end, eth0-end, stays in the namespace too and drops what
+# the default route sends it: nothing leaves the machine.
 
 NE2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 NE2E_REPO="$(cd "$NE2E_DIR/../.." && pwd)"
@@ -24,6 +24,10 @@ NE2E_NET_INDEX=250
 # Everything the run keeps on the machine, removed when it ends.
 NE2E_WORK="/var/lib/kubelet-rs/ne2e"
 NE2E_LOCK="/run/kubelet-rs/ne2e.lock"
+# What inside.sh makes private under /etc and /var, and the node's resolv.conf (no resolver),
+# which the kubelets get as --resolv-conf.
+NE2E_PRIVATE="$NE2E_WORK/private"
+NE2E_RESOLV_CONF="$NE2E_PRIVATE/resolv.conf"
 # The suite's working folder: it writes the kubelet's kubeconfig and config file here.
 NE2E_SUITE_DIR="$NE2E_WORK/suite"
 NE2E_KUBELET_CONFIG="$NE2E_SUITE_DIR/kubelet-config"

@@ -63,6 +63,7 @@ TIMEOUT=6h
 DOWN_ONLY=0
 INSIDE_PID=""
 KUBELET_BIN=""
+KUBELET_FLAGS=""
 FOCUS=""
 TAG_SKIP=""
 DURATION_S=0
@@ -216,23 +217,18 @@ bed_up() {
 	ln -sfn "$KUBELET_BIN" "$NE2E_BIN_DIR/kubelet"
 }
 
+# Sets KUBELET_FLAGS: the flags both kubelets get on top of the suite's, space separated (the
+# suite splits --kubelet-flags at white space).
 kubelet_flags() {
 	local sandbox
 	sandbox="$(source "$NE2E_REPO/hack/testbed/lib.sh" && printf '%s' "$KRS_SANDBOX_IMAGE")"
-	printf '%s\n' \
-		--node-ip="$NE2E_NODE_IP" \
-		--system-cgroups= \
-		--dynamic-config-dir= \
-		--fail-swap-on=false \
-		--image-gc-high-threshold=100 \
-		--image-gc-low-threshold=99 \
-		--resolv-conf="$NE2E_WORK/private/resolv.conf" \
-		--pod-infra-container-image="$sandbox"
+	KUBELET_FLAGS="--node-ip=$NE2E_NODE_IP --system-cgroups= --dynamic-config-dir="
+	KUBELET_FLAGS+=" --fail-swap-on=false --image-gc-high-threshold=100 --image-gc-low-threshold=99"
+	KUBELET_FLAGS+=" --resolv-conf=$NE2E_RESOLV_CONF --pod-infra-container-image=$sandbox"
 }
 
 run_suite() {
-	local flags
-	flags="$(kubelet_flags | paste -sd ' ')"
+	kubelet_flags
 	local args=(
 		--ginkgo.focus="$FOCUS"
 		--ginkgo.skip="$SKIP"
@@ -243,7 +239,7 @@ run_suite() {
 		--container-runtime=remote
 		--prepull-images=false
 		--report-dir="$ARTIFACTS/junit"
-		--kubelet-flags="$flags"
+		--kubelet-flags="$KUBELET_FLAGS"
 		--test.timeout=0
 	)
 	printf '%s\n' "${args[@]}" >"$ARTIFACTS/suite.args"
@@ -274,7 +270,7 @@ date: $(date -u '+%Y-%m-%d %H:%M UTC')
 duration: $((DURATION_S / 60)) min $((DURATION_S % 60)) s (e2e_node.test)
 focus: $FOCUS
 skip: $TAG_SKIP and the $(wc -l <"$ARTIFACTS/skip-names.txt") specs of e2e/skips.md section 3
-kubelet flags on top of the suite's: $(kubelet_flags | paste -sd ' ')
+kubelet flags on top of the suite's: $KUBELET_FLAGS
 EOF
 }
 
