@@ -164,7 +164,17 @@ async fn devices_reach_pods_follow_health_refuse_overcommit_and_survive_a_kubele
     .await;
     assert_eq!(verdict, None, "registration refused");
     wait_counts(&nodes, ("2", "1"), &k).await;
-    let listed = listed_devices(&k, "widget-a").await;
+    // The Node already said 2/1 before the kill, so the counts prove nothing about the new
+    // kubelet: pod-resources lists a pod only once the new kubelet knows it from the apiserver.
+    let listed = wait_async(
+        Duration::from_secs(30),
+        "widget-a in pod-resources after the restart",
+        || async {
+            let listed = listed_devices(&k, "widget-a").await;
+            (!listed.is_empty()).then_some(listed)
+        },
+    )
+    .await;
     assert_eq!(listed, vec![(RESOURCE.to_string(), held[0].clone())]);
     tokio::time::sleep(Duration::from_secs(3)).await;
     let a = pods.get("widget-a").await.unwrap();
