@@ -19,7 +19,7 @@
 #             no cargo there, and not the packages the images copy)
 #
 # pause and busybox come from hack/testbed/images.sh (run first, same INSTANCE). The Go binaries
-# (agnhost, nonewprivs, sample-apiserver) come from hack/upstream/build.sh, built static. The
+# (agnhost, nonewprivs, sample-apiserver, sample-device-plugin) come from hack/upstream/build.sh, built static. The
 # tools the suite runs inside agnhost and jessie-dnsutils (curl, OpenBSD nc, dig, iproute2, bash,
 # dash) and etcd are this machine's Debian binaries, copied with the shared objects they load;
 # missing packages are installed.
@@ -52,8 +52,8 @@ HOST_TOOLS=(
 )
 
 # The image names (manifest.go of v1.20.2, default registries), per image, in build order.
-IMAGES=(agnhost nautilus kitten nonroot nonewprivs sample-apiserver etcd jessie-dnsutils
-	nginx httpd redis)
+IMAGES=(agnhost nautilus kitten nonroot nonewprivs sample-apiserver sample-device-plugin etcd
+	jessie-dnsutils nginx httpd redis)
 declare -A NAMES=(
 	[agnhost]="k8s.gcr.io/e2e-test-images/agnhost:2.21"
 	[nautilus]="gcr.io/kubernetes-e2e-test-images/nautilus:1.0"
@@ -61,6 +61,9 @@ declare -A NAMES=(
 	[nonroot]="gcr.io/kubernetes-e2e-test-images/nonroot:1.0"
 	[nonewprivs]="gcr.io/kubernetes-e2e-test-images/nonewprivs:1.0"
 	[sample-apiserver]="gcr.io/kubernetes-e2e-test-images/sample-apiserver:1.17"
+	# Not in manifest.go: the node e2e suite's device plugin specs name it in
+	# test/e2e/testing-manifests/sample-device-plugin.yaml.
+	[sample-device-plugin]="gcr.io/kubernetes-e2e-test-images/sample-device-plugin:1.0"
 	[etcd]="k8s.gcr.io/etcd:3.4.13-0"
 	[jessie-dnsutils]="gcr.io/kubernetes-e2e-test-images/jessie-dnsutils:1.0"
 	# Stand-ins: busybox servers on the ports the real images listen on.
@@ -100,7 +103,8 @@ ensure_host_tools() {
 
 ensure_upstream_binaries() {
 	local t targets=()
-	# agnhost, nonewprivs, sample-apiserver (hack/upstream/targets: e2e-images), built without cgo.
+	# agnhost, nonewprivs, sample-apiserver, sample-device-plugin (hack/upstream/targets:
+	# e2e-images), built without cgo.
 	krs_upstream_ensure e2e-images
 	mapfile -t targets < <(krs_upstream_targets e2e-images)
 	for t in "${targets[@]}"; do
@@ -211,6 +215,14 @@ stage_nonewprivs() {
 stage_sample_apiserver() {
 	stage_busybox "$1"
 	install -m 0755 "$UPSTREAM_BIN/sample-apiserver" "$1/sample-apiserver"
+}
+
+# sample-device-plugin: the tree's test/images/sample-device-plugin as /sampledeviceplugin, the
+# name its Dockerfile gives it. It serves two devices of example.com/resource on a socket in
+# $PLUGIN_SOCK_DIR and registers with the kubelet.
+stage_sample_device_plugin() {
+	stage_busybox "$1"
+	install -m 0755 "$UPSTREAM_BIN/sample-device-plugin" "$1/sampledeviceplugin"
 }
 
 # etcd: the aggregator spec runs /usr/local/bin/etcd (Debian's etcd-server, 3.4).
@@ -408,6 +420,9 @@ main() {
 		--cmd '["nnp"]' -- "${busybox_in[@]}" "$UPSTREAM_BIN/nonewprivs"
 	make_image sample-apiserver stage_sample_apiserver \
 		--entrypoint '["/sample-apiserver"]' -- "${busybox_in[@]}" "$UPSTREAM_BIN/sample-apiserver"
+	make_image sample-device-plugin stage_sample_device_plugin \
+		--entrypoint '["/sampledeviceplugin", "-alsologtostderr"]' -- "${busybox_in[@]}" \
+		"$UPSTREAM_BIN/sample-device-plugin"
 	mapfile -t inputs < <(closure /bin/busybox "$(command -v etcd)")
 	make_image etcd stage_etcd --cmd '["/usr/local/bin/etcd"]' -- "${inputs[@]}"
 	mapfile -t inputs < <(closure /bin/busybox "$(command -v dig)" "$(command -v host)" \

@@ -36,6 +36,7 @@ pub(super) fn spawn(
             initialize(p, cancel.child_token()),
         );
     }
+    core.devices.mark_registry_announcements();
     let handlers = Handlers {
         csi: Some(Registration::new(drivers.clone(), publisher)),
         devices: Some(core.devices.clone()),

@@ -40,6 +40,8 @@ use crate::cm::numa::{NumaMask, ResourceHints};
 /// Upstream's DevicePluginPath.
 pub const DEVICE_PLUGIN_DIR: &str = "/var/lib/kubelet/device-plugins";
 pub const KUBELET_SOCKET: &str = "kubelet.sock";
+/// The file upstream's device manager leaves in the folder when the plugin watcher is on.
+pub const DEPRECATION_MARKER: &str = "DEPRECATION";
 pub const SUPPORTED_VERSIONS: &[&str] = &["v1beta1"];
 const HEALTHY: &str = "Healthy";
 /// The NUMA key of devices without topology in the checkpoint (upstream's nodeWithoutTopology).
@@ -187,6 +189,21 @@ impl DeviceManager {
 
     pub fn socket_path(&self) -> PathBuf {
         self.dir.join(KUBELET_SOCKET)
+    }
+
+    /// Leaves upstream's `DEPRECATION` marker in the folder once plugins may announce
+    /// themselves through plugins_registry: plugins built on upstream's stub (the node e2e
+    /// suite's sample plugin among them) then skip calling `kubelet.sock` with an endpoint
+    /// that is not in this folder, which would be refused and make them exit.
+    pub fn mark_registry_announcements(&self) {
+        let path = self.dir.join(DEPRECATION_MARKER);
+        let made = std::fs::create_dir_all(&self.dir).and_then(|()| std::fs::File::create(&path));
+        match made {
+            Ok(_) => debug!(path = %path.display(), "Created the device plugin deprecation file"),
+            Err(e) => {
+                warn!(path = %path.display(), err = %e, "Failed to create the device plugin deprecation file")
+            }
+        }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {

@@ -340,6 +340,28 @@ async fn a_corrupt_checkpoint_is_set_aside_with_a_warning() {
     bed.cancel.cancel();
 }
 
+/// The marker that tells stub-based plugins to announce themselves through plugins_registry
+/// is made in the folder and outlives a later start's sweep of stale sockets.
+#[tokio::test]
+async fn the_deprecation_marker_is_made_and_kept_across_a_restart() {
+    let bed = Bed::new();
+    let marker = bed.dir.path().join(DEPRECATION_MARKER);
+    let m = bed.manager();
+    assert!(
+        !marker.exists(),
+        "made before the plugin watcher asked for it"
+    );
+    m.mark_registry_announcements();
+    assert!(marker.is_file());
+    let again = DeviceManager::new(bed.dir.path(), "boot-1", bed.cancel.child_token());
+    drop(again.bind().unwrap());
+    assert!(
+        marker.is_file(),
+        "the sweep of stale sockets removed the marker"
+    );
+    bed.cancel.cancel();
+}
+
 /// Two plugins' answers for one container: the first setting of an env, a mount's or a
 /// device's container path stays; a later different one is left out.
 #[test]
