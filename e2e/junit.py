@@ -9,8 +9,9 @@
       skipped per SIG area, why specs were skipped, and the failed specs with the first line of
       their failure.
   junit.py failed [--expect FILE] SUMMARY_JSON
-      Prints the failed specs of a summary; exits 1 if there are any, if no spec ran at all (a
-      focus that matches nothing), or if a spec FILE names (one per line) did not run.
+      Prints the failed specs of a summary; exits 1 if there are any, if no spec ran to its end
+      (a focus that matches nothing, or specs that all skipped themselves at run time), or if a
+      spec FILE names (one per line) did not run.
   junit.py compare --results DIR --suite S
       Merges DIR/S/ours/junit.xml and DIR/S/upstream/junit.xml (either may be missing) into
       DIR/S/specs.tsv and DIR/S/specs.md: per spec, the result for each kubelet and, for each
@@ -224,8 +225,11 @@ def failed(args):
         % (summary["suite"], summary["kubelet"], t["passed"], t["failed"], t["skipped"])
     )
     rc = 1 if t["failed"] else 0
-    if t["passed"] + t["failed"] == 0:
+    if t["passed"] + t["failed"] + t["skipped"] == 0:
         print("no spec ran: the suite's focus matches nothing")
+        rc = 1
+    elif t["passed"] + t["failed"] == 0:
+        print("no spec ran to its end: the %d selected were skipped at run time" % t["skipped"])
         rc = 1
     if args.expect:
         with open(args.expect) as f:

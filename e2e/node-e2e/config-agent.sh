@@ -13,14 +13,24 @@
 set -euo pipefail
 # shellcheck source=e2e/node-e2e/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-KUBECTL=(timeout 10 "${NE2E_KUBECTL:?}" --server="$NE2E_APISERVER")
+KUBECTL=(timeout 10 "${NE2E_KUBECTL:?}" --kubeconfig="$NE2E_KUBECONFIG")
 
 last=""
+# The last error of reading the Node, logged once until it changes (the Node is missing until
+# the kubelet registers; a wrong address would otherwise fail in silence).
+last_err=""
 while :; do
 	sleep 1 &
 	wait $! || true
-	src="$("${KUBECTL[@]}" get node "$NE2E_NODE" -o \
-		jsonpath='{.spec.configSource.configMap.namespace}/{.spec.configSource.configMap.name}/{.spec.configSource.configMap.kubeletConfigKey}' 2>/dev/null)" || continue
+	[[ -f "$NE2E_KUBECONFIG" ]] || continue
+	if ! src="$("${KUBECTL[@]}" get node "$NE2E_NODE" -o \
+		jsonpath='{.spec.configSource.configMap.namespace}/{.spec.configSource.configMap.name}/{.spec.configSource.configMap.kubeletConfigKey}' 2>"$NE2E_ARTIFACTS/config-agent.err")"; then
+		err="$(head -c 300 "$NE2E_ARTIFACTS/config-agent.err")"
+		[[ "$err" == "$last_err" ]] || ne2e_log "config agent: reading Node $NE2E_NODE: $err"
+		last_err="$err"
+		continue
+	fi
+	last_err=""
 	[[ "$src" != "//" && "$src" != "$last" ]] || continue
 	IFS=/ read -r ns name key <<<"$src"
 	data="$("${KUBECTL[@]}" get configmap -n "$ns" "$name" -o go-template="{{index .data \"$key\"}}" 2>/dev/null)" || {

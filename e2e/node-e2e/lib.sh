@@ -33,9 +33,9 @@ NE2E_SUITE_DIR="$NE2E_WORK/suite"
 NE2E_KUBELET_CONFIG="$NE2E_SUITE_DIR/kubelet-config"
 # The folder e2e_node.test finds "kubelet" in (--k8s-bin-dir).
 NE2E_BIN_DIR="$NE2E_WORK/bin"
-# The in-process apiserver's insecure port (127.0.0.1:8080 inside the namespace): what the
-# suite's own client and the bed's helpers use.
-NE2E_APISERVER="http://127.0.0.1:8080"
+# The kubeconfig the suite writes for its kubelet (its in-process apiserver serves only
+# https://127.0.0.1:6443 with a bearer token, no insecure port): the bed's helpers use it too.
+NE2E_KUBECONFIG="$NE2E_SUITE_DIR/kubeconfig"
 # Cgroups the suite's kubelet makes at the root of each hierarchy (its cgroup root is "/" and
 # its kubelet cgroup /kubelet, as the suite configures them).
 NE2E_CGROUPS=(kubepods kubelet)
