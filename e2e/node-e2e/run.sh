@@ -13,15 +13,18 @@
 #                                               [Serial] [Disruptive] (upstream's presubmit job)
 #                             full              every spec, skipping [Flaky] (the serial and
 #                                               slow ones included; several hours)
+#                             devices           the device plugin, CPU manager and topology
+#                                               manager specs ([Serial]; issue 29's resource
+#                                               managers, each changing the kubelet's config)
 #                             quick             the specs of e2e/node-e2e/quick.txt (none yet;
 #                                               meant for CI)
 #                             focus:REGEX       the specs REGEX matches, skipping [Flaky]
 #                             Every suite also skips the specs section 3 of e2e/skips.md names.
 #   --artifacts DIR           logs and junit of this run (default
 #                             /var/tmp/kubelet-rs-e2e/node-e2e-<kubelet>-<suite>, emptied first)
-#   --no-results              do not copy a node-conformance or full run to
-#                             e2e/results/node-e2e/ (a full run goes to node-e2e, a
-#                             node-conformance one to node-e2e-conformance)
+#   --no-results              do not copy a node-conformance, devices or full run to
+#                             e2e/results/ (a full run goes to node-e2e, a node-conformance
+#                             one to node-e2e-conformance, a devices one to node-e2e-devices)
 #   --timeout DURATION        the whole suite's time limit (default 6h): then the bed goes down
 #   --down                    only take down what a killed run left
 #
@@ -54,6 +57,9 @@ E2E="$NE2E_REPO/e2e"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/kubelet-rs/target}"
 TAGS_NODE_CONFORMANCE='\[Flaky\]|\[Slow\]|\[Serial\]|\[Disruptive\]'
 TAGS_FULL='\[Flaky\]'
+# The specs of the devices suite. "CPU Manager \[Serial\]" and not "CPU Manager": the topology
+# manager's context names the CPU manager too.
+FOCUS_DEVICES='Device Plugin|CPU Manager \[Serial\]|Topology Manager'
 
 KIND=""
 SUITE=""
@@ -115,7 +121,7 @@ parse_args() {
 		usage >&2
 		exit 2
 	}
-	[[ "$SUITE" =~ ^(node-conformance|full|quick|focus:.+)$ ]] || {
+	[[ "$SUITE" =~ ^(node-conformance|full|devices|quick|focus:.+)$ ]] || {
 		usage >&2
 		exit 2
 	}
@@ -132,6 +138,10 @@ suite_regexes() {
 		;;
 	full)
 		FOCUS='.'
+		TAG_SKIP="$TAGS_FULL"
+		;;
+	devices)
+		FOCUS="$FOCUS_DEVICES"
 		TAG_SKIP="$TAGS_FULL"
 		;;
 	quick)
@@ -288,7 +298,7 @@ summarize() {
 		--focus "$FOCUS" --tag-skip "$TAG_SKIP" --skip-names "$ARTIFACTS/skip-names.txt" \
 		--run-info "$ARTIFACTS/run.txt" --out "$out" "${junits[@]}"
 	cat "$out/summary.md"
-	if ((RESULTS)) && [[ "$SUITE" == full || "$SUITE" == node-conformance ]]; then
+	if ((RESULTS)) && [[ "$SUITE" =~ ^(full|node-conformance|devices)$ ]]; then
 		local dest="$E2E/results/$name/$KIND" j
 		rm -rf "$dest"
 		mkdir -p "$dest/ginkgo"
