@@ -19,10 +19,10 @@
 #             no cargo there, and not the packages the images copy)
 #
 # pause and busybox come from hack/testbed/images.sh (run first, same INSTANCE). The Go binaries
-# (agnhost, nonewprivs, sample-apiserver, sample-device-plugin) come from hack/upstream/build.sh, built static. The
-# tools the suite runs inside agnhost and jessie-dnsutils (curl, OpenBSD nc, dig, iproute2, bash,
-# dash) and etcd are this machine's Debian binaries, copied with the shared objects they load;
-# missing packages are installed.
+# (agnhost, nonewprivs, sample-apiserver, sample-device-plugin) come from hack/upstream/build.sh,
+# built static. The tools the suite runs inside agnhost and jessie-dnsutils (curl, OpenBSD nc,
+# dig, iproute2, bash, dash) and etcd are this machine's Debian binaries, copied with the shared
+# objects they load; missing packages are installed.
 # Tarballs are cached in /var/cache/kubelet-rs/images/ (names starting with e2e-), keyed by
 # their inputs; an image whose names all point at the expected digest is not imported again.
 set -euo pipefail

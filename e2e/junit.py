@@ -410,7 +410,7 @@ def readme(args):
                 t["skipped"],
                 field(info, "nodes"),
                 field(info, "parallel"),
-                field(info, "duration").replace(" (ginkgo)", ""),
+                re.sub(r" \((ginkgo|e2e_node\.test)\)$", "", field(info, "duration")),
                 field(info, "date"),
                 kubelet_commit(info),
             )

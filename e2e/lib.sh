@@ -98,6 +98,17 @@ e2e_skip_names() {
 		sed -n 's/^| `\([^`]*\)` |.*/\1/p'
 }
 
+# e2e_kubelet_commit BIN: the commit a kubelet binary says it was built from (`--version=raw`:
+# build.rs stamps ours, upstream's carries the tree's) with its tree state (ours: "dirty" when
+# its sources differed from that commit), e.g. "b6e2fae... (clean)"; "unknown" without one.
+e2e_kubelet_commit() {
+	local raw commit state
+	raw="$("$1" --version=raw 2>/dev/null | head -n1)" || true
+	commit="$(sed -n 's/.*GitCommit:"\([0-9a-f]*\)".*/\1/p' <<<"$raw")"
+	state="$(sed -n 's/.*GitTreeState:"\([a-z]*\)".*/\1/p' <<<"$raw")"
+	printf '%s\n' "${commit:-unknown}${state:+ ($state)}"
+}
+
 e2e_log() { printf '[e2e %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 e2e_die() {
 	printf '[e2e %(%H:%M:%S)T] error: %s\n' -1 "$*" >&2

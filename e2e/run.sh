@@ -233,16 +233,10 @@ build_all() {
 }
 
 # Which build the run uses, read before the suite starts (a rebuild during the run must not change
-# the record): the binary's sha256 and the commit it says it was built from (`--version=raw`:
-# build.rs stamps ours, upstream's carries the tree's), with its tree state (ours: "dirty" when
-# its sources differed from that commit).
+# the record): the binary's sha256 and the commit it says it was built from.
 identify_kubelet() {
-	local raw commit state
 	KUBELET_SHA256="$(sha256sum "$KUBELET_BIN" | cut -d' ' -f1)"
-	raw="$("$KUBELET_BIN" --version=raw 2>/dev/null | head -n1)" || true
-	commit="$(sed -n 's/.*GitCommit:"\([0-9a-f]*\)".*/\1/p' <<<"$raw")"
-	state="$(sed -n 's/.*GitTreeState:"\([a-z]*\)".*/\1/p' <<<"$raw")"
-	KUBELET_COMMIT="${commit:-unknown}${state:+ ($state)}"
+	KUBELET_COMMIT="$(e2e_kubelet_commit "$KUBELET_BIN")"
 	e2e_log "kubelet $KUBELET_BIN: sha256 $KUBELET_SHA256, built from ${KUBELET_COMMIT}"
 }
 

@@ -69,6 +69,8 @@ TIMEOUT=6h
 DOWN_ONLY=0
 INSIDE_PID=""
 KUBELET_BIN=""
+KUBELET_SHA256=""
+KUBELET_COMMIT=""
 KUBELET_FLAGS=""
 FOCUS=""
 TAG_SKIP=""
@@ -174,6 +176,9 @@ build_all() {
 		(cd "$NE2E_REPO" && nice -n 10 cargo build --release --bin kubelet) >&2
 		KUBELET_BIN="$CARGO_TARGET_DIR/release/kubelet"
 	fi
+	# Read now: a rebuild during the run must not change the record.
+	KUBELET_SHA256="$(sha256sum "$KUBELET_BIN" | cut -d' ' -f1)"
+	KUBELET_COMMIT="$(e2e_kubelet_commit "$KUBELET_BIN")"
 	ne2e_log "building the test images (hack/testbed/images.sh, e2e/images.sh)"
 	"$NE2E_REPO/hack/testbed/images.sh" --list "$ARTIFACTS/images-base.list" >>"$ARTIFACTS/images.log" 2>&1 ||
 		ne2e_die "hack/testbed/images.sh --list failed; see $ARTIFACTS/images.log"
@@ -273,9 +278,12 @@ run_info() {
 	cat <<EOF
 suite: node-e2e ${SUITE%%:*} (e2e_node.test v1.20.2)
 kubelet: $KIND ($KUBELET_BIN)
-kubelet sha256: $(sha256sum "$KUBELET_BIN" | cut -c1-16)
+kubelet sha256: $KUBELET_SHA256
+kubelet commit: $KUBELET_COMMIT
 harness commit: $(git -C "$NE2E_REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$NE2E_REPO" diff --quiet HEAD -- e2e 2>/dev/null || echo " (e2e/ dirty)")
 machine: $(uname -r), $(stat -fc %T /sys/fs/cgroup) at /sys/fs/cgroup, PID 1 $(ps -o comm= -p 1), containerd $(containerd --version 2>/dev/null | awk '{ print $3 }')
+nodes: 1
+parallel: 1
 date: $(date -u '+%Y-%m-%d %H:%M UTC')
 duration: $((DURATION_S / 60)) min $((DURATION_S % 60)) s (e2e_node.test)
 focus: $FOCUS
